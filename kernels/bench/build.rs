@@ -1,0 +1,37 @@
+//! Links XNNPACK and OpenBLAS when their shared libraries are installed (Debian's
+//! `libxnnpack-dev` and `libopenblas-dev`), and sets `have_xnnpack` / `have_openblas` so the
+//! benchmark can say "skipped" instead of failing to link where they are not.
+
+use std::path::Path;
+
+const LIB_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+fn find(lib: &str) -> Option<&'static str> {
+    LIB_DIRS
+        .iter()
+        .copied()
+        .find(|dir| Path::new(dir).join(format!("lib{lib}.so")).exists())
+}
+
+fn main() {
+    println!("cargo:rustc-check-cfg=cfg(have_xnnpack)");
+    println!("cargo:rustc-check-cfg=cfg(have_openblas)");
+    println!("cargo:rerun-if-env-changed=KEEPALLOC_BENCH_NO_PEERS");
+    let no_peers = std::env::var_os("KEEPALLOC_BENCH_NO_PEERS").is_some();
+    for (lib, cfg) in [("XNNPACK", "have_xnnpack"), ("openblas", "have_openblas")] {
+        if no_peers {
+            continue;
+        }
+        if let Some(dir) = find(lib) {
+            println!("cargo:rerun-if-changed={dir}/lib{lib}.so");
+            println!("cargo:rustc-link-search=native={dir}");
+            println!("cargo:rustc-link-lib=dylib={lib}");
+            println!("cargo:rustc-cfg={cfg}");
+        }
+    }
+}

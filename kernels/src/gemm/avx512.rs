@@ -1,0 +1,141 @@
+//! AVX-512F microkernels: up to 14×32 tiles (28 zmm accumulators, two B registers, the A
+//! values as embedded broadcasts), masked stores for the N edge, and a 32-wide GEMV with
+//! eight independent accumulator chains.
+
+use core::arch::x86_64::*;
+
+use super::Tile;
+
+const NR: usize = 32;
+
+/// The mask of the first `n` (0..=16) lanes.
+#[inline(always)]
+fn lanes(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as __mmask16
+}
+
+/// # Safety
+/// `t` describes valid buffers (see `gemm::run`), `1 <= mr <= 14`, and the CPU has
+/// AVX-512F.
+pub(super) unsafe fn tile(mr: usize, t: &Tile) {
+    // SAFETY: forwarded; the CPU has AVX-512F (caller).
+    unsafe {
+        match mr {
+            1 => tile_n::<1>(t),
+            2 => tile_n::<2>(t),
+            3 => tile_n::<3>(t),
+            4 => tile_n::<4>(t),
+            5 => tile_n::<5>(t),
+            6 => tile_n::<6>(t),
+            7 => tile_n::<7>(t),
+            8 => tile_n::<8>(t),
+            9 => tile_n::<9>(t),
+            10 => tile_n::<10>(t),
+            11 => tile_n::<11>(t),
+            12 => tile_n::<12>(t),
+            13 => tile_n::<13>(t),
+            _ => tile_n::<14>(t),
+        }
+    }
+}
+
+/// # Safety
+/// As [`tile`], with `MR` rows.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_n<const MR: usize>(t: &Tile) {
+    let m0 = lanes(t.nvalid);
+    let m1 = lanes(t.nvalid.saturating_sub(16));
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; packed A
+    // has kc * MR floats; C rows 0..MR have nvalid valid columns, and masked-off lanes are
+    // neither read nor written (AVX-512 masks suppress faults). Column addresses past the
+    // tile use wrapping arithmetic since they may lie outside the C slice.
+    unsafe {
+        if t.bias.is_null() {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let c = t.c.add(r * t.ldc);
+                acc[0] = _mm512_maskz_loadu_ps(m0, c);
+                acc[1] = _mm512_maskz_loadu_ps(m1, c.wrapping_add(16));
+            }
+        } else {
+            let b0 = _mm512_load_ps(t.bias);
+            let b1 = _mm512_load_ps(t.bias.add(16));
+            for acc in acc.iter_mut() {
+                *acc = [b0, b1];
+            }
+        }
+        let mut a = t.a;
+        let mut b = t.b;
+        for _ in 0..t.kc {
+            let b0 = _mm512_load_ps(b);
+            let b1 = _mm512_load_ps(b.add(16));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(r));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+            }
+            a = a.add(MR);
+            b = b.add(NR);
+        }
+        if t.clamp {
+            let lo = _mm512_set1_ps(t.min);
+            let hi = _mm512_set1_ps(t.max);
+            for acc in acc.iter_mut() {
+                for v in acc.iter_mut() {
+                    // max(lo, v) / min(hi, v) return v when v is NaN: NaN propagates.
+                    *v = _mm512_min_ps(hi, _mm512_max_ps(lo, *v));
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let c = t.c.add(r * t.ldc);
+            _mm512_mask_storeu_ps(c, m0, acc[0]);
+            _mm512_mask_storeu_ps(c.wrapping_add(16), m1, acc[1]);
+        }
+    }
+}
+
+/// One panel of `y = clamp(x · B + bias)` with eight accumulator chains (four k-phases of
+/// two registers), so the FMA latency never limits a batch-1 run.
+///
+/// # Safety
+/// `panel` is a 64-byte aligned packed panel (NR biases then k × NR weights); `x` has `k`
+/// floats; `y` has `g.nvalid` writable floats; the CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
+    // SAFETY: all loads are within the panel (NR * (k + 1) floats) and x (k floats); the
+    // stores are masked to the nvalid columns of y.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+        acc[0] = [_mm512_load_ps(panel), _mm512_load_ps(panel.add(16))];
+        let mut b = panel.add(NR);
+        let mut kk = 0;
+        while kk + 4 <= k {
+            for (u, acc) in acc.iter_mut().enumerate() {
+                let xv = _mm512_set1_ps(*x.add(kk + u));
+                acc[0] = _mm512_fmadd_ps(xv, _mm512_load_ps(b.add(u * NR)), acc[0]);
+                acc[1] = _mm512_fmadd_ps(xv, _mm512_load_ps(b.add(u * NR + 16)), acc[1]);
+            }
+            b = b.add(4 * NR);
+            kk += 4;
+        }
+        while kk < k {
+            let xv = _mm512_set1_ps(*x.add(kk));
+            acc[0][0] = _mm512_fmadd_ps(xv, _mm512_load_ps(b), acc[0][0]);
+            acc[0][1] = _mm512_fmadd_ps(xv, _mm512_load_ps(b.add(16)), acc[0][1]);
+            b = b.add(NR);
+            kk += 1;
+        }
+        let lo = _mm512_set1_ps(g.min);
+        let hi = _mm512_set1_ps(g.max);
+        for (h, acc) in [
+            (0, [acc[0][0], acc[1][0], acc[2][0], acc[3][0]]),
+            (1, [acc[0][1], acc[1][1], acc[2][1], acc[3][1]]),
+        ] {
+            let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            let s = _mm512_min_ps(hi, _mm512_max_ps(lo, s));
+            let mask = lanes(g.nvalid.saturating_sub(16 * h));
+            _mm512_mask_storeu_ps(y.wrapping_add(16 * h), mask, s);
+        }
+    }
+}

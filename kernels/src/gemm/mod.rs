@@ -1,0 +1,295 @@
+//! The GEMM / GEMV drivers and the per-ISA microkernels they call.
+//!
+//! `C[M][N] = clamp(A[M][K] · B + bias)` where B is packed in panels (see `pack`).
+//!
+//! * M = 1 goes to the ISA's GEMV kernel: each weight is read once, with several
+//!   independent accumulator chains per panel so that the FMA latency never limits it.
+//! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block), K in KC steps
+//!   (partial sums stored to C and reloaded, which keeps the k order, and so the result,
+//!   exactly that of one long loop), and M in balanced row tiles of at most MR rows. Each row
+//!   tile of A is copied k-major into a stack buffer (no allocation, safe for many threads
+//!   running one operator at once) and reused across the NC panels.
+//!
+//! Threads split the panels, never K or M, so every output element is computed by the same
+//! instructions in the same order whatever the thread count: results are bit-identical.
+
+use core::mem::MaybeUninit;
+use core::ops::Range;
+
+use crate::isa::Isa;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod scalar;
+
+/// One microkernel call: `C[0..mr][0..nvalid] (=|+=) Apacked(mr × kc) · B(kc × NR)`.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    /// Depth of this call.
+    pub kc: usize,
+    /// A, packed k-major: `a[k * mr + r]`.
+    pub a: *const f32,
+    /// B rows `k0 .. k0 + kc` of one panel, `NR` floats each, aligned.
+    pub b: *const f32,
+    /// NR biases to start from, or NULL to accumulate onto what C holds.
+    pub bias: *const f32,
+    /// Top-left element of the C tile.
+    pub c: *mut f32,
+    /// Row stride of C.
+    pub ldc: usize,
+    /// Valid columns (1..=NR).
+    pub nvalid: usize,
+    /// Apply the clamp (on the last K step).
+    pub clamp: bool,
+    /// Clamp bounds.
+    pub min: f32,
+    /// Clamp bounds.
+    pub max: f32,
+}
+
+/// Largest `MR * KC` of any ISA: the A buffer on the stack.
+const A_BUF: usize = 16 * 256;
+
+#[repr(C, align(64))]
+struct ABuf([MaybeUninit<f32>; A_BUF]);
+
+/// Tile shape and blocking of one ISA.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    /// Most rows per microkernel call.
+    pub mr: usize,
+    /// Columns per panel.
+    pub nr: usize,
+    /// K block.
+    pub kc: usize,
+    /// Panels per N block.
+    pub nc: usize,
+}
+
+/// The tile shape and blocking of `isa`.
+pub(crate) const fn shape(isa: Isa) -> Shape {
+    match isa {
+        Isa::Avx512 => Shape {
+            mr: 14,
+            nr: 32,
+            kc: 256,
+            nc: 8,
+        },
+        Isa::Avx2 => Shape {
+            mr: 6,
+            nr: 16,
+            kc: 256,
+            nc: 16,
+        },
+        Isa::Neon => Shape {
+            mr: 8,
+            nr: 8,
+            kc: 256,
+            nc: 32,
+        },
+        Isa::Scalar => Shape {
+            mr: 4,
+            nr: 8,
+            kc: 256,
+            nc: 32,
+        },
+    }
+}
+
+/// A whole problem: the operator's packed weights and one run's buffers.
+#[derive(Clone, Copy)]
+pub(crate) struct Problem {
+    pub isa: Isa,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a: *const f32,
+    pub lda: usize,
+    pub packed: *const f32,
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub min: f32,
+    pub max: f32,
+}
+
+// SAFETY: a `Problem` is handed to scoped worker threads that write disjoint column ranges
+// of C and only read A and the packed weights, all of which outlive the scope.
+unsafe impl Send for Problem {}
+// SAFETY: as above; `&Problem` only exposes the pointers to copy them.
+unsafe impl Sync for Problem {}
+
+/// Balanced row tiles: as few tiles as MR allows, sizes differing by at most one.
+fn row_tiles(m: usize, mr: usize) -> impl Iterator<Item = (usize, usize)> {
+    let tiles = m.div_ceil(mr);
+    let base = m / tiles;
+    let extra = m % tiles;
+    (0..tiles).map(move |t| {
+        let rows = base + usize::from(t < extra);
+        (t * base + t.min(extra), rows)
+    })
+}
+
+/// Dispatches one tile to the ISA's microkernel.
+///
+/// # Safety
+/// See [`run`]; `isa` must be supported by the CPU.
+#[inline]
+unsafe fn tile(isa: Isa, mr: usize, t: &Tile) {
+    // SAFETY: forwarded; the operator only holds an ISA that `is_supported`.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::tile(mr, t),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2::tile(mr, t),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => neon::tile(mr, t),
+            _ => scalar::tile(mr, t),
+        }
+    }
+}
+
+/// Dispatches one GEMV panel.
+///
+/// # Safety
+/// See [`run`]; `isa` must be supported by the CPU.
+#[inline]
+unsafe fn gemv(isa: Isa, k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
+    // SAFETY: forwarded; the operator only holds an ISA that `is_supported`.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::gemv(k, x, panel, y, g),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2::gemv(k, x, panel, y, g),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => neon::gemv(k, x, panel, y, g),
+            _ => scalar::gemv(k, x, panel, y, g),
+        }
+    }
+}
+
+/// Computes the output columns of panels `panels` for all M rows.
+///
+/// # Safety
+/// `p.a` holds `m` rows of `k` floats at stride `lda`; `p.c` holds `m` rows of `n` writable
+/// floats at stride `ldc`, not aliased by A; `p.packed` is the packed block of the operator
+/// (`pack::packed_len` floats for `p.isa`'s NR, 64-byte aligned); `panels` lies within
+/// `0..n.div_ceil(nr)`; `p.isa` is supported by this CPU.
+pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
+    let s = shape(p.isa);
+    let panel_len = s.nr * (p.k + 1);
+    let proto = Tile {
+        kc: 0,
+        a: core::ptr::null(),
+        b: core::ptr::null(),
+        bias: core::ptr::null(),
+        c: p.c,
+        ldc: p.ldc,
+        nvalid: 0,
+        clamp: true,
+        min: p.min,
+        max: p.max,
+    };
+    if p.m == 1 {
+        for panel in panels {
+            // SAFETY: the panel index is in range (caller), so the panel and the NR
+            // (possibly fewer valid) output columns are in bounds.
+            unsafe {
+                let g = Tile {
+                    nvalid: s.nr.min(p.n - panel * s.nr),
+                    ..proto
+                };
+                gemv(
+                    p.isa,
+                    p.k,
+                    p.a,
+                    p.packed.add(panel * panel_len),
+                    p.c.add(panel * s.nr),
+                    &g,
+                );
+            }
+        }
+        return;
+    }
+    let mut abuf = ABuf([MaybeUninit::uninit(); A_BUF]);
+    let abuf = abuf.0.as_mut_ptr().cast::<f32>();
+    let mut nc0 = panels.start;
+    while nc0 < panels.end {
+        let nc1 = (nc0 + s.nc).min(panels.end);
+        let mut k0 = 0;
+        while k0 < p.k {
+            let kc = s.kc.min(p.k - k0);
+            for (m0, mr) in row_tiles(p.m, s.mr) {
+                // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds; the
+                // stack buffer holds MR * KC >= mr * kc floats.
+                unsafe { pack_a(abuf, p.a.add(m0 * p.lda + k0), p.lda, mr, kc) };
+                for panel in nc0..nc1 {
+                    // SAFETY: as for the GEMV path; the tile covers rows m0..m0+mr.
+                    unsafe {
+                        let base = p.packed.add(panel * panel_len);
+                        let t = Tile {
+                            kc,
+                            a: abuf,
+                            b: base.add(s.nr + k0 * s.nr),
+                            bias: if k0 == 0 { base } else { core::ptr::null() },
+                            c: p.c.add(m0 * p.ldc + panel * s.nr),
+                            nvalid: s.nr.min(p.n - panel * s.nr),
+                            clamp: k0 + kc == p.k,
+                            ..proto
+                        };
+                        tile(p.isa, mr, &t);
+                    }
+                }
+            }
+            k0 += kc;
+        }
+        nc0 = nc1;
+    }
+}
+
+/// Copies an `mr × kc` block of A (row stride `lda`) to `dst`, k-major.
+///
+/// # Safety
+/// `src` has `mr` rows of `kc` readable floats at stride `lda`; `dst` has `mr * kc`
+/// writable floats.
+#[inline]
+unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usize) {
+    for r in 0..mr {
+        // SAFETY: row r of the block is in bounds (caller).
+        let row = unsafe { core::slice::from_raw_parts(src.add(r * lda), kc) };
+        for (k, &v) in row.iter().enumerate() {
+            // SAFETY: k * mr + r < kc * mr.
+            unsafe { dst.add(k * mr + r).write(v) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_tiles;
+
+    #[test]
+    fn row_tiles_cover_m_in_balanced_tiles() {
+        for mr in 1..=16 {
+            for m in 1..=300 {
+                let tiles: Vec<_> = row_tiles(m, mr).collect();
+                assert_eq!(tiles.len(), m.div_ceil(mr));
+                let mut next = 0;
+                for &(m0, rows) in &tiles {
+                    assert_eq!(m0, next);
+                    assert!(rows >= 1 && rows <= mr);
+                    next += rows;
+                }
+                assert_eq!(next, m);
+                let min = tiles.iter().map(|t| t.1).min().unwrap();
+                let max = tiles.iter().map(|t| t.1).max().unwrap();
+                assert!(max - min <= 1);
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! SIMD f32 fully-connected operators that allocate only through a published allocator
+//! table: the consuming library of keepalloc, in XNNPACK's role.
+//!
+//! Like XNNPACK, the library has one process-wide [`initialize`] that checks the hardware,
+//! then copies the caller's [`AllocatorTable`] once and keeps it (and its raw `context`) for
+//! the life of the process. Every allocation an operator makes, the packed weights above
+//! all, goes through that copied table's `aligned_allocate` / `aligned_deallocate` with
+//! 64-byte alignment; nothing on the create, run or drop paths uses the global allocator
+//! (the `global_alloc` test proves it with a counting `#[global_allocator]`). The crate
+//! meets `keepalloc-provider` only through the table type of `keepalloc-allocators`.
+//!
+//! The operator is [`FullyConnected`]:
+//! `y[M][N] = clamp(x[M][K] · W[N][K]ᵀ + b[N], min, max)`, created from a
+//! [`FullyConnectedDesc`] (XNNPACK's `xnn_create_fully_connected_nc_f32` arguments), run on
+//! `&self` from any number of threads, and freed through the table on drop.
+//!
+//! Kernels: AVX-512F (14×32 tiles) and AVX2+FMA (6×16) on x86-64, NEON (8×8) on aarch64,
+//! and a portable fallback, chosen once at run time ([`selected_isa`]); the environment
+//! variable `KEEPALLOC_KERNELS_ISA` ([`ISA_ENV`]) forces a lower one. Batch 1 runs a GEMV
+//! kernel of its own with eight independent accumulator chains.
+//!
+//! ```
+//! use keepalloc_allocators::{AllocatorTable, Counting, System};
+//! use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
+//!
+//! static BACKEND: Counting<System> = Counting::new(System);
+//! static TABLE: AllocatorTable = AllocatorTable::for_allocator(&BACKEND);
+//! keepalloc_kernels::initialize(&TABLE)?;
+//!
+//! // 2 inputs → 3 outputs, W is [output][input].
+//! let w = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let op = FullyConnected::create(&FullyConnectedDesc::new(2, 3, &w).with_bias(&[0.0, 0.0, 1.0]))?;
+//! let mut y = [0.0f32; 3];
+//! op.run(1, &[1.0, 1.0], &mut y)?;
+//! assert_eq!(y, [3.0, 7.0, 12.0]);
+//! assert_eq!(BACKEND.stats().allocations, 1);
+//! drop(op);
+//! assert_eq!(BACKEND.stats().live_bytes, 0);
+//! # Ok::<(), keepalloc_kernels::KernelError>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+
+mod buffer;
+mod error;
+mod fc;
+mod gemm;
+mod init;
+mod isa;
+mod pack;
+
+pub use buffer::ALIGNMENT;
+pub use error::KernelError;
+pub use fc::{FullyConnected, FullyConnectedDesc};
+pub use init::{captured_table, initialize};
+pub use isa::{ISA_ENV, Isa, selected as selected_isa};
+pub use keepalloc_allocators::AllocatorTable;

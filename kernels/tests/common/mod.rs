@@ -1,0 +1,185 @@
+//! Shared test helpers: a seeded RNG, problem generation and the f64 reference.
+#![allow(dead_code)]
+
+use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
+
+/// xorshift64*: seeded, reproducible, no dependencies.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.f32()).collect()
+    }
+    pub fn bool(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+}
+
+/// One fully-connected problem with its data.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub input_stride: usize,
+    pub output_stride: usize,
+    pub transposed: bool,
+    pub weights: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
+    pub min: f32,
+    pub max: f32,
+    pub input: Vec<f32>,
+}
+
+impl Case {
+    pub fn random(rng: &mut Rng, m: usize, k: usize, n: usize) -> Case {
+        let input_stride = if rng.bool() { k } else { k + rng.range(1, 7) };
+        let output_stride = if rng.bool() { n } else { n + rng.range(1, 9) };
+        let (min, max) = match rng.range(0, 3) {
+            0 => (f32::NEG_INFINITY, f32::INFINITY),
+            1 => (0.0, f32::INFINITY),
+            2 => (-0.25, 0.25),
+            _ => (f32::NEG_INFINITY, 0.5),
+        };
+        Case {
+            m,
+            k,
+            n,
+            input_stride,
+            output_stride,
+            transposed: rng.bool(),
+            weights: rng.vec(k * n),
+            bias: rng.bool().then(|| rng.vec(n)),
+            min,
+            max,
+            input: rng.vec((m - 1) * input_stride + k),
+        }
+    }
+
+    pub fn desc(&self) -> FullyConnectedDesc<'_> {
+        let mut d = FullyConnectedDesc::new(self.k, self.n, &self.weights)
+            .with_strides(self.input_stride, self.output_stride)
+            .with_range(self.min, self.max);
+        if let Some(b) = &self.bias {
+            d = d.with_bias(b);
+        }
+        if self.transposed {
+            d = d.transposed();
+        }
+        d
+    }
+
+    pub fn weight(&self, n: usize, k: usize) -> f32 {
+        if self.transposed {
+            self.weights[k * self.n + n]
+        } else {
+            self.weights[n * self.k + k]
+        }
+    }
+
+    /// `(value, bound on |error|)` per output, dense `m × n`, accumulated in f64.
+    pub fn reference(&self) -> Vec<(f32, f64)> {
+        let mut out = Vec::with_capacity(self.m * self.n);
+        for m in 0..self.m {
+            for n in 0..self.n {
+                let b = self.bias.as_ref().map_or(0.0, |b| b[n] as f64);
+                let (mut sum, mut abs) = (b, b.abs());
+                for k in 0..self.k {
+                    let t = self.input[m * self.input_stride + k] as f64 * self.weight(n, k) as f64;
+                    sum += t;
+                    abs += t.abs();
+                }
+                let v = sum as f32;
+                let v = if v.is_nan() {
+                    v
+                } else {
+                    v.max(self.min).min(self.max)
+                };
+                let tol = abs * (self.k as f64 + 2.0) * f32::EPSILON as f64 + 1e-30;
+                out.push((v, tol));
+            }
+        }
+        out
+    }
+
+    /// Output buffer filled with a sentinel (so untouched padding can be checked).
+    pub fn output(&self) -> Vec<f32> {
+        vec![SENTINEL; (self.m - 1) * self.output_stride + self.n]
+    }
+
+    /// Checks `out` against the reference and that the stride padding is untouched.
+    pub fn check(&self, out: &[f32], what: &str) {
+        let reference = self.reference();
+        for m in 0..self.m {
+            for n in 0..self.output_stride {
+                let i = m * self.output_stride + n;
+                if i >= out.len() {
+                    break;
+                }
+                if n >= self.n {
+                    assert_eq!(
+                        out[i].to_bits(),
+                        SENTINEL.to_bits(),
+                        "{what}: padding written at row {m} col {n}"
+                    );
+                    continue;
+                }
+                let got = out[i];
+                let (want, tol) = reference[m * self.n + n];
+                let ok = if want.is_nan() {
+                    got.is_nan()
+                } else {
+                    ((got as f64) - (want as f64)).abs() <= tol
+                };
+                assert!(
+                    ok,
+                    "{what}: y[{m}][{n}] = {got}, reference {want} (tolerance {tol:e}); case m={} k={} n={} strides=({}, {}) transposed={} bias={} range=[{}, {}]",
+                    self.m,
+                    self.k,
+                    self.n,
+                    self.input_stride,
+                    self.output_stride,
+                    self.transposed,
+                    self.bias.is_some(),
+                    self.min,
+                    self.max
+                );
+            }
+        }
+    }
+
+    /// Creates through `table`, runs, checks; returns the output.
+    pub fn run_and_check(
+        &self,
+        table: &'static keepalloc_kernels::AllocatorTable,
+        isa: keepalloc_kernels::Isa,
+        what: &str,
+    ) -> Vec<f32> {
+        let op = FullyConnected::create_with_table(table, &self.desc().with_isa(isa))
+            .unwrap_or_else(|e| panic!("{what}: create failed: {e}"));
+        assert_eq!(op.isa(), isa);
+        let mut out = self.output();
+        op.run(self.m, &self.input, &mut out).unwrap();
+        self.check(&out, what);
+        out
+    }
+}
+
+pub const SENTINEL: f32 = -12345.678;
