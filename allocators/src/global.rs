@@ -1,0 +1,67 @@
+//! `GlobalAlloc` for any backend, so it can be a `#[global_allocator]`.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{self, NonNull};
+
+use allocator_api2::alloc::Allocator;
+
+/// Makes any [`Allocator`] usable as `#[global_allocator]`.
+///
+/// ```
+/// use keepalloc_allocators::{AsGlobal, Counting, System};
+/// #[global_allocator]
+/// static GLOBAL: AsGlobal<Counting<System>> = AsGlobal(Counting::new(System));
+/// let v = vec![1u8; 100];
+/// assert!(GLOBAL.0.stats().live_bytes >= 100);
+/// # drop(v);
+/// ```
+#[derive(Debug, Default)]
+pub struct AsGlobal<A>(pub A);
+
+// SAFETY: `GlobalAlloc` requires blocks of the layout's size and alignment, valid until
+// `dealloc` with the same layout, and NULL on failure: each method maps to the `Allocator`
+// method with the same promise, turning `Err` into NULL.
+unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.0
+            .allocate(layout)
+            .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.0
+            .allocate_zeroed(layout)
+            .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: `GlobalAlloc::dealloc`'s caller promises `ptr` came from `alloc` with
+            // `layout`, which is `Allocator::deallocate`'s promise.
+            unsafe { self.0.deallocate(p, layout) }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Ok(new) = Layout::from_size_align(new_size, layout.align()) else {
+            return ptr::null_mut();
+        };
+        let Some(p) = NonNull::new(ptr) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the caller promises `ptr` is live with `layout`; grow/shrink are chosen by
+        // comparing sizes, as their contracts require.
+        let r = unsafe {
+            if new_size >= layout.size() {
+                self.0.grow(p, layout, new)
+            } else {
+                self.0.shrink(p, layout, new)
+            }
+        };
+        r.map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+    }
+}

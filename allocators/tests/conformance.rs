@@ -1,0 +1,203 @@
+//! One conformance suite, every backend, every wrapper, and the C table of each.
+
+use allocator_api2::alloc::Allocator;
+use allocator_api2::vec::Vec as AVec;
+use keepalloc_allocators::conformance::{self, Options};
+use keepalloc_allocators::{AllocatorTable, Counting, Limited, System, TableAllocator};
+
+/// Leaks `a` so that a table can point at it for the rest of the test process.
+fn leak<A>(a: A) -> &'static A {
+    Box::leak(Box::new(a))
+}
+
+/// The whole suite on `a`, on its C table, and through allocator-api2 and hashbrown
+/// collections (the interop the shared allocator-api2 version buys).
+fn full_suite<A: Allocator + Sync + 'static>(a: &'static A) {
+    conformance::check_allocator(a, Options::FULL);
+    let table = AllocatorTable::for_allocator(a);
+    conformance::check_table(&table, Options::FULL);
+    collections(a);
+    // SAFETY: `table` was built by `for_allocator`.
+    collections(&unsafe { TableAllocator::new(&table) });
+}
+
+fn collections<A: Allocator>(a: A)
+where
+    A: Copy,
+{
+    let mut v: AVec<u64, A> = AVec::new_in(a);
+    for i in 0..10_000u64 {
+        v.push(i * 3);
+    }
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3));
+    v.truncate(10);
+    v.shrink_to_fit();
+    assert_eq!(v.iter().sum::<u64>(), 135);
+
+    let mut map = hashbrown::HashMap::new_in(a);
+    for i in 0..5_000u32 {
+        map.insert(i, format!("value {i}"));
+    }
+    for i in (0..5_000u32).step_by(2) {
+        map.remove(&i);
+    }
+    assert_eq!(map.len(), 2_500);
+    assert_eq!(map.get(&4_999).map(String::as_str), Some("value 4999"));
+}
+
+#[test]
+fn system() {
+    full_suite(leak(System));
+}
+
+#[test]
+fn counting_system_balances() {
+    let a = leak(Counting::new(System));
+    full_suite(a);
+    let s = a.stats();
+    assert!(s.allocations > 1000, "{s:?}");
+    assert_eq!(s.allocations, s.deallocations, "{s:?}");
+    assert_eq!(s.live_bytes, 0, "{s:?}");
+    assert!(s.peak_bytes >= 1 << 20, "{s:?}");
+    assert!(s.reallocations > 0, "{s:?}");
+}
+
+#[test]
+fn counting_counts_exactly() {
+    let a = Counting::new(System);
+    let l = core::alloc::Layout::from_size_align(100, 8).unwrap();
+    let p = a.allocate(l).unwrap();
+    let l2 = core::alloc::Layout::from_size_align(300, 8).unwrap();
+    // SAFETY: `p` is live with `l`; 300 >= 100.
+    let q = unsafe { a.grow(p.cast(), l, l2) }.unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.allocations, s.reallocations, s.live_bytes, s.peak_bytes),
+        (1, 1, 300, 300)
+    );
+    // SAFETY: `q` is live with `l2`.
+    unsafe { a.deallocate(q.cast(), l2) };
+    let s = a.stats();
+    assert_eq!((s.deallocations, s.live_bytes, s.peak_bytes), (1, 0, 300));
+}
+
+#[test]
+fn limited_under_its_cap_is_a_full_allocator() {
+    let a = leak(Limited::new(System, 64 << 20));
+    full_suite(a);
+    assert_eq!(a.used(), 0);
+}
+
+#[test]
+fn limited_refuses_cleanly_and_recovers() {
+    let cap = 1 << 20;
+    let a = Limited::new(Counting::new(System), cap);
+    conformance::check_cap(&a, cap);
+    assert_eq!(a.used(), 0);
+    assert_eq!(a.inner().stats().live_bytes, 0);
+    assert!(a.inner().stats().allocations >= 8);
+
+    let limited = leak(Limited::new(System, cap));
+    let table = AllocatorTable::for_allocator(limited);
+    conformance::check_table_cap(&table, cap);
+    assert_eq!(limited.used(), 0);
+}
+
+#[cfg(feature = "mimalloc")]
+#[test]
+fn mimalloc() {
+    use keepalloc_allocators::Mimalloc;
+    full_suite(leak(Mimalloc));
+    full_suite(leak(Counting::new(Mimalloc)));
+}
+
+#[cfg(feature = "bumpalo")]
+#[test]
+fn arena() {
+    use keepalloc_allocators::Arena;
+    let arena = leak(Arena::new());
+    full_suite(arena);
+    assert!(arena.allocated_bytes() > 1 << 20);
+}
+
+#[cfg(feature = "bumpalo")]
+#[test]
+fn arena_reset_returns_memory() {
+    use keepalloc_allocators::Arena;
+    let mut arena = Arena::new();
+    {
+        let mut v: AVec<u8, &Arena> = AVec::new_in(&arena);
+        v.resize(1 << 20, 7);
+        assert_eq!(v[12345], 7);
+    }
+    let before = arena.allocated_bytes();
+    arena.reset();
+    assert!(arena.allocated_bytes() <= before);
+}
+
+/// `&bumpalo::Bump` implements the same `Allocator` trait: the suite and the collections
+/// run on it unchanged (single-threaded, since `Bump` is not `Sync`).
+#[test]
+fn plain_bump_interoperates() {
+    let bump = bumpalo::Bump::new();
+    let opts = Options {
+        threads: 0,
+        ..Options::FULL
+    };
+    conformance::check_sizes(&&bump, opts);
+    conformance::check_zeroed(&&bump, opts);
+    conformance::check_grow_shrink(&&bump, opts);
+    collections(&bump);
+}
+
+#[test]
+fn default_backend_is_the_feature_selected_one() {
+    let b = keepalloc_allocators::default_backend().expect("default backend");
+    let expected = if cfg!(feature = "mimalloc") {
+        "mimalloc"
+    } else if cfg!(feature = "bumpalo") {
+        "bumpalo"
+    } else {
+        "system"
+    };
+    assert_eq!(keepalloc_allocators::DEFAULT_BACKEND_NAME, expected);
+    conformance::check_allocator(&b, Options::QUICK);
+}
+
+/// A panic inside the backend never crosses the C boundary: the table reports NULL.
+#[test]
+fn panicking_backend_gives_null_through_the_table() {
+    struct Panics;
+    // SAFETY: never returns a block at all.
+    unsafe impl Allocator for Panics {
+        fn allocate(
+            &self,
+            _: core::alloc::Layout,
+        ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+            panic!("backend exploded")
+        }
+        unsafe fn deallocate(&self, _: core::ptr::NonNull<u8>, _: core::alloc::Layout) {}
+    }
+    static PANICS: Panics = Panics;
+    let t = AllocatorTable::for_allocator(&PANICS);
+    // SAFETY: the table comes from `for_allocator`.
+    unsafe {
+        assert!(t.allocate.unwrap()(t.context, 10).is_null());
+        assert!(t.aligned_allocate.unwrap()(t.context, 64, 10).is_null());
+        assert!(t.reallocate.unwrap()(t.context, core::ptr::null_mut(), 10).is_null());
+    }
+}
+
+#[test]
+fn table_layout_matches_xnn_allocator() {
+    use core::mem::{align_of, offset_of, size_of};
+    let w = size_of::<usize>();
+    assert_eq!(size_of::<AllocatorTable>(), 6 * w);
+    assert_eq!(align_of::<AllocatorTable>(), w);
+    assert_eq!(offset_of!(AllocatorTable, context), 0);
+    assert_eq!(offset_of!(AllocatorTable, allocate), w);
+    assert_eq!(offset_of!(AllocatorTable, reallocate), 2 * w);
+    assert_eq!(offset_of!(AllocatorTable, deallocate), 3 * w);
+    assert_eq!(offset_of!(AllocatorTable, aligned_allocate), 4 * w);
+    assert_eq!(offset_of!(AllocatorTable, aligned_deallocate), 5 * w);
+}
