@@ -1,6 +1,7 @@
 //! Alloc + free of 64 B, 4 KiB and 1 MiB through the C table against the same backend
 //! called directly (`Allocator::allocate`/`deallocate`), for System and (with the feature)
-//! mimalloc. Run: `cargo bench -p keepalloc-allocators --all-features`.
+//! mimalloc; `direct` is 16-byte aligned like the table's `allocate`, `direct_aligned64` is the
+//! peer of `table_aligned64` (XNNPACK's alignment). Run: `cargo bench -p keepalloc-allocators --all-features`.
 
 use core::alloc::Layout;
 use std::hint::black_box;
@@ -21,6 +22,14 @@ fn bench_backend<A: Allocator + Sync + 'static>(c: &mut Criterion, name: &str, a
                 let p = a.allocate(black_box(layout)).unwrap();
                 // SAFETY: `p` is live with `layout`.
                 unsafe { a.deallocate(black_box(p).cast(), layout) };
+            })
+        });
+        let layout64 = Layout::from_size_align(size, 64).unwrap();
+        group.bench_with_input(BenchmarkId::new("direct_aligned64", size), &size, |b, _| {
+            b.iter(|| {
+                let p = a.allocate(black_box(layout64)).unwrap();
+                // SAFETY: `p` is live with `layout64`.
+                unsafe { a.deallocate(black_box(p).cast(), layout64) };
             })
         });
         group.bench_with_input(BenchmarkId::new("table", size), &size, |b, &size| {

@@ -1,0 +1,32 @@
+//! `cargo xtask loom`: model-checks the provider's once cell with loom.
+//!
+//! Runs `provider/tests/loom.rs` with `--cfg loom` in release mode in its own target
+//! directory (so the normal build is not invalidated). The models: 2 threads racing the first
+//! acquire (exhaustive), 3 threads (preemption bound 3 unless `LOOM_MAX_PREEMPTIONS` says
+//! otherwise), a failure after the library captured the owner then a retry, a panicking
+//! attempt, and the negative control: the once_cell-style naive retry, which must fail.
+
+use crate::util;
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    if let Some(arg) = args.first() {
+        return Err(format!(
+            "loom takes no arguments (got `{arg}`); set LOOM_MAX_PREEMPTIONS to change the bound"
+        ));
+    }
+    let target = util::root().join("target").join("loom");
+    let mut cmd = util::cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "-p",
+        "keepalloc-provider",
+        "--test",
+        "loom",
+    ])
+    .env("RUSTFLAGS", "--cfg loom")
+    .env("CARGO_TARGET_DIR", &target)
+    .env("LOOM_LOG", std::env::var("LOOM_LOG").unwrap_or_default());
+    println!("xtask loom: model-checking KeepCell (provider/tests/loom.rs)");
+    util::run(&mut cmd)
+}

@@ -1,0 +1,47 @@
+//! `cargo xtask <command>`: keepalloc's developer commands, one binary, few dependencies.
+//!
+//! Every command calls cargo through `env!("CARGO")` so it uses the same toolchain that
+//! built it, and runs from the workspace root wherever it was invoked.
+
+mod ctest;
+mod loom;
+mod util;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  fault-test   the main job: every fault scenario against keepalloc and each negative
+               control, each run in a fresh process (see `cargo xtask fault-test --help`)
+  c-test       build libkeepalloc and run the C/C++ tests against keepalloc.h
+  loom         model-check the provider's once cell under loom (all interleavings)
+  help         this text
+";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let Some(command) = args.next() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest: Vec<String> = args.collect();
+    let result = match command.as_str() {
+        "fault-test" => ctest::fault_test_fallback(&rest),
+        "c-test" => ctest::run(&rest),
+        "loom" => loom::run(&rest),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
