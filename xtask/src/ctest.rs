@@ -114,7 +114,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     header(&ctx)?;
     foundation(&ctx)?;
     controls(&ctx)?;
-    let _ = options.xnnpack_runs;
+    raii_example(&ctx, None)?;
+    match xnnpack_include_dir() {
+        None => println!("c-test: XNNPACK parts skipped: libxnnpack-dev not installed"),
+        Some(include) => xnnpack(&ctx, &include, options.xnnpack_runs)?,
+    }
     println!("c-test: all passed");
     Ok(())
 }
@@ -191,4 +195,204 @@ fn controls(ctx: &Ctx) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Where `xnnpack.h` is (`$XNNPACK_INCLUDE_DIR`, else `/usr/include`), if it is installed.
+fn xnnpack_include_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("XNNPACK_INCLUDE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/include"));
+    dir.join("xnnpack.h").is_file().then_some(dir)
+}
+
+/// What a program on XNNPACK links after its sources (Debian's libxnnpack-dev and
+/// libpthreadpool-dev).
+const XNNPACK_LIBS: &[&str] = &["-lXNNPACK", "-lpthreadpool"];
+
+fn xnnpack_link(ctx: &Ctx) -> Vec<std::ffi::OsString> {
+    let mut link: Vec<std::ffi::OsString> = vec![ctx.staticlib.clone().into()];
+    link.extend(XNNPACK_LIBS.iter().map(Into::into));
+    link.extend(ctools::STATIC_LIB_DEPS.iter().map(Into::into));
+    link
+}
+
+/// The C++17 RAII example, on a stand-in library or (with `xnnpack` = its include dir) on
+/// XNNPACK.
+fn raii_example(ctx: &Ctx, xnnpack: Option<&Path>) -> Result<(), String> {
+    let (name, defines, includes, link) = match xnnpack {
+        None => (
+            "raii_sessions",
+            vec![],
+            vec![],
+            ctools::keepalloc_link(&ctx.staticlib),
+        ),
+        Some(include) => (
+            "raii_sessions_xnnpack",
+            vec!["KEEPALLOC_EXAMPLE_WITH_XNNPACK".to_owned()],
+            vec![include.to_path_buf()],
+            xnnpack_link(ctx),
+        ),
+    };
+    println!("c-test: C++17 example {name}");
+    let out = ctx.out.join("examples").join(name);
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![ctx.dirs.examples().join("raii_sessions.cpp")],
+            defines,
+            includes,
+            link,
+            out: out.clone(),
+        },
+    )?;
+    let outcome = ctools::run(&out, &[])?;
+    if !outcome.passed {
+        return Err(outcome.describe(name));
+    }
+    print_indented(&outcome.stdout);
+    Ok(())
+}
+
+fn print_indented(text: &str) {
+    for line in text.lines() {
+        println!("  {line}");
+    }
+}
+
+/// The value of `MALLOC_PERTURB_` for the XNNPACK runs: the caller's, else 165 (0xA5).
+fn malloc_perturb() -> String {
+    std::env::var("MALLOC_PERTURB_")
+        .ok()
+        .filter(|v| !v.is_empty() && v != "0")
+        .unwrap_or_else(|| "165".to_owned())
+}
+
+/// The XNNPACK example's modes, and the negative control each must catch.
+const XNNPACK_MODES: &[(&str, &str)] = &[("once", "racy"), ("retry", "naive-retry")];
+
+fn xnnpack(ctx: &Ctx, include: &Path, runs: u32) -> Result<(), String> {
+    println!("c-test: XNNPACK ({}/xnnpack.h)", include.display());
+    let examples = ctx.dirs.examples();
+    let out_dir = ctx.out.join("examples");
+
+    // The layout test: compiling it is the test (C11 _Static_assert); running it says so.
+    let layout = out_dir.join("xnnpack_layout");
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![examples.join("xnnpack_layout.c")],
+            defines: vec![],
+            includes: vec![include.to_path_buf()],
+            link: vec![],
+            out: layout.clone(),
+        },
+    )?;
+    let outcome = ctools::run(&layout, &[])?;
+    if !outcome.passed {
+        return Err(outcome.describe("xnnpack_layout"));
+    }
+    print_indented(&outcome.stdout);
+
+    raii_example(ctx, Some(include))?;
+
+    let example = out_dir.join("xnnpack_fc");
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![examples.join("xnnpack_fc.c")],
+            defines: vec![],
+            includes: vec![include.to_path_buf()],
+            link: xnnpack_link(ctx),
+            out: example.clone(),
+        },
+    )?;
+    let perturb = malloc_perturb();
+    let env = [("MALLOC_PERTURB_", perturb.as_str())];
+    let mut failed_modes = Vec::new();
+    for (mode, _) in XNNPACK_MODES {
+        let mut failures = 0u32;
+        let mut first_failure = None;
+        for run in 0..runs {
+            let outcome = run_example(&example, mode, &env)?;
+            if run == 0 {
+                print_indented(&outcome.stdout);
+            }
+            if !outcome.passed {
+                failures += 1;
+                first_failure.get_or_insert_with(|| {
+                    outcome.describe(&format!("xnnpack_fc {mode}, run {run}"))
+                });
+            }
+        }
+        println!(
+            "  xnnpack_fc {mode}: {} of {runs} fresh processes passed, {failures} failed \
+             (MALLOC_PERTURB_={perturb})",
+            runs - failures
+        );
+        if let Some(failure) = first_failure {
+            eprintln!("{failure}");
+            failed_modes.push(*mode);
+        }
+    }
+    if !failed_modes.is_empty() {
+        return Err(format!(
+            "the XNNPACK example failed in mode(s) {failed_modes:?}"
+        ));
+    }
+
+    // The same example against the broken providers: XNNPACK's own allocations expose them.
+    for (mode, control_name) in XNNPACK_MODES {
+        let control = CONTROLS
+            .iter()
+            .find(|c| c.name == *control_name)
+            .ok_or_else(|| format!("no control named {control_name}"))?;
+        let bin = out_dir.join(format!("xnnpack_fc-control-{}", control.name));
+        let mut link: Vec<std::ffi::OsString> = XNNPACK_LIBS.iter().map(Into::into).collect();
+        link.extend(["-lpthread", "-lm"].map(Into::into));
+        ctools::compile(
+            &ctx.tc,
+            &ctx.dirs,
+            &ctools::Program {
+                sources: vec![
+                    examples.join("xnnpack_fc.c"),
+                    ctx.dirs.tests().join("controls/broken_provider.c"),
+                ],
+                defines: vec![control.define.to_owned()],
+                includes: vec![include.to_path_buf()],
+                link,
+                out: bin.clone(),
+            },
+        )?;
+        let outcome = run_example(&bin, mode, &env)?;
+        if outcome.passed {
+            return Err(format!(
+                "xnnpack_fc {mode} PASSED against the broken `{}` control\n{}",
+                control.name,
+                outcome.describe("xnnpack_fc")
+            ));
+        }
+        println!(
+            "  control {}: xnnpack_fc {mode} failed as it must: {}",
+            control.name,
+            outcome.reason()
+        );
+    }
+    Ok(())
+}
+
+fn run_example(bin: &Path, mode: &str, env: &[(&str, &str)]) -> Result<ctools::Outcome, String> {
+    let out = std::process::Command::new(bin)
+        .arg(mode)
+        .envs(env.iter().copied())
+        .output()
+        .map_err(|e| format!("could not start {}: {e}", bin.display()))?;
+    Ok(ctools::Outcome {
+        passed: out.status.success(),
+        status: out.status.to_string(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
 }
