@@ -4,13 +4,15 @@
 //! 2. `keepalloc.h` compiled alone as C99/C11/C17 and C++11/17/20, warnings as errors;
 //! 3. the foundation tests (`provider/capi/tests/c/*.c|*.cpp`), each in its own process;
 //! 4. the negative controls: broken `keepalloc.h` implementations the tests must catch;
-//! 5. the C++17 RAII example (`provider/capi/examples/raii_sessions.cpp`), two sessions on
+//! 5. `libkeepalloc.so`: the 32-thread test linked against the shared library instead;
+//! 6. the C++17 RAII example (`provider/capi/examples/raii_sessions.cpp`), two sessions on
 //!    two threads, with XNNPACK when it is installed;
-//! 6. with XNNPACK installed (`/usr/include/xnnpack.h`, Debian's `libxnnpack-dev`): the layout
+//! 7. with XNNPACK installed (`/usr/include/xnnpack.h`, Debian's `libxnnpack-dev`): the layout
 //!    test against `struct xnn_allocator`, then the XNNPACK example in both modes, each run
 //!    `--xnnpack-runs` times (default 50) in a fresh process with glibc's `MALLOC_PERTURB_`
 //!    set (freed memory scribbled). Without it those parts print
-//!    "skipped: libxnnpack-dev not installed".
+//!    "skipped: libxnnpack-dev not installed" — except when `CI` is set (and not `false`):
+//!    then a missing XNNPACK is an error, so CI cannot skip them silently.
 //!
 //! The same foundation tests also run under `cargo test -p keepalloc`
 //! (`provider/capi/tests/c_tests.rs`); both share `provider/capi/tests/support/ctools.rs`.
@@ -114,8 +116,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
     header(&ctx)?;
     foundation(&ctx)?;
     controls(&ctx)?;
+    shared_library(&ctx)?;
     raii_example(&ctx, None)?;
     match xnnpack_include_dir() {
+        None if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
+            return Err(
+                "libxnnpack-dev is not installed (no xnnpack.h), and CI is set: \
+                 the XNNPACK tests must run in CI (apt-get install libxnnpack-dev \
+                 libpthreadpool-dev)"
+                    .to_owned(),
+            );
+        }
         None => println!("c-test: XNNPACK parts skipped: libxnnpack-dev not installed"),
         Some(include) => xnnpack(&ctx, &include, options.xnnpack_runs)?,
     }
@@ -175,6 +186,40 @@ fn foundation(ctx: &Ctx) -> Result<(), String> {
     for source in &tests {
         run_foundation_test(ctx, source)?;
     }
+    Ok(())
+}
+
+/// The cold-start test again, linked against `libkeepalloc.so` (rpath to its directory): the
+/// shared library exports the C ABI and behaves the same.
+fn shared_library(ctx: &Ctx) -> Result<(), String> {
+    println!("c-test: libkeepalloc.so");
+    let lib_dir = ctx
+        .staticlib
+        .parent()
+        .ok_or("the staticlib has no directory")?;
+    let shared = lib_dir.join("libkeepalloc.so");
+    if !shared.is_file() {
+        return Err(format!("{} was not built", shared.display()));
+    }
+    let out = ctx.out.join("shared").join("acquire_race");
+    let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
+    rpath.push(lib_dir);
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![ctx.dirs.tests().join("acquire_race.c")],
+            defines: vec![],
+            includes: vec![],
+            link: vec![shared.into(), rpath, "-lpthread".into()],
+            out: out.clone(),
+        },
+    )?;
+    let outcome = ctools::run(&out, &[])?;
+    if !outcome.passed {
+        return Err(outcome.describe("acquire_race on libkeepalloc.so"));
+    }
+    print_indented(&outcome.stdout);
     Ok(())
 }
 
