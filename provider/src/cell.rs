@@ -41,7 +41,9 @@ const COMPLETE: u8 = 2;
 /// 4. after success the fast path is a single `Acquire` load, with no lock.
 ///
 /// While one attempt runs the other callers block on a condition variable (no spinning);
-/// after a failure exactly one of them is woken to retry.
+/// after a failure exactly one of them is woken to retry. Calling `get_or_try_init` on the
+/// same cell from inside `make_owner` or `publish` waits for itself for ever (as with
+/// `std::sync::OnceLock`), so an init hook must not re-enter its own provider.
 ///
 /// This is what `once_cell`'s `get_or_try_init` does not do: it builds the value inside the
 /// fallible closure and drops it when the closure fails, which is exactly wrong when the
