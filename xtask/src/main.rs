@@ -4,7 +4,9 @@
 //! built it, and runs from the workspace root wherever it was invoked.
 
 mod ctest;
+mod fault_test;
 mod loom;
+mod sanitizers;
 mod util;
 
 use std::process::ExitCode;
@@ -17,6 +19,8 @@ commands:
                control, each run in a fresh process (see `cargo xtask fault-test --help`)
   c-test       build libkeepalloc and run the C/C++ tests against keepalloc.h
   loom         model-check the provider's once cell under loom (all interleavings)
+  miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
+  asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
   help         this text
 ";
 
@@ -28,7 +32,9 @@ fn main() -> ExitCode {
     };
     let rest: Vec<String> = args.collect();
     let result = match command.as_str() {
-        "fault-test" => ctest::fault_test_fallback(&rest),
+        "fault-test" => fault_test::run(&rest),
+        "miri" => sanitizers::miri(&rest),
+        "asan" => sanitizers::asan(&rest),
         "c-test" => ctest::run(&rest),
         "loom" => loom::run(&rest),
         "help" | "--help" | "-h" => {

@@ -1,0 +1,177 @@
+//! Delays at named points, to hold a race window open.
+//!
+//! Code under test calls [`delay`] at a [`Point`]; a harness decides with [`set_delay`] what
+//! happens there. On a 2-core machine a bare check-then-act race shows up in about 1 run in
+//! 100; a busy spin or `yield_now` inside the window levels off at 60–90%, because the
+//! spinning thread keeps the core the others need. A *blocking* sleep parks the thread, so
+//! the other threads run into the window. Measured with 32 threads on 2 cores: a 1 µs sleep
+//! (about 60–80 µs real) catches the racy control in 99% of runs on an idle machine but only
+//! 95–96% with two runs in parallel; 500 µs catches it in ≥ 99.8% even at load average 5.
+//! Hence [`Delay::HOLD`].
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// A named place where a delay can be injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// Between the racy control's check (`stored` is empty) and its store (the race window
+    /// of the original bug).
+    CheckToStore,
+    /// In the library init hook, before the library is called (nothing captured yet).
+    BeforeCapture,
+    /// In the library init hook, after the library captured the table and before the hook
+    /// returns (the window in which a failure strands a captured owner).
+    AfterCapture,
+    /// After the start gate opens, before a thread makes its call.
+    AfterGate,
+}
+
+impl Point {
+    /// Every point, in a fixed order.
+    pub const ALL: [Point; 4] = [
+        Point::CheckToStore,
+        Point::BeforeCapture,
+        Point::AfterCapture,
+        Point::AfterGate,
+    ];
+
+    /// The point's name (`check-to-store`, `before-capture`, `after-capture`, `after-gate`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Point::CheckToStore => "check-to-store",
+            Point::BeforeCapture => "before-capture",
+            Point::AfterCapture => "after-capture",
+            Point::AfterGate => "after-gate",
+        }
+    }
+
+    /// The point with this name.
+    pub fn parse(name: &str) -> Option<Point> {
+        Point::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What happens at a point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delay {
+    /// Nothing.
+    None,
+    /// `std::thread::yield_now()`, this many times.
+    Yield(u32),
+    /// `core::hint::spin_loop()`, this many times.
+    Spin(u32),
+    /// `std::thread::sleep` for this many microseconds (blocks: the thread is parked).
+    SleepMicros(u32),
+}
+
+impl Delay {
+    /// The delay that holds a race window open: a blocking 500 µs sleep.
+    pub const HOLD: Delay = Delay::SleepMicros(500);
+
+    /// Parses `none`, `yield:N`, `spin:N` or `sleep:Nus`.
+    pub fn parse(spec: &str) -> Option<Delay> {
+        if spec == "none" {
+            return Some(Delay::None);
+        }
+        let (kind, n) = spec.split_once(':')?;
+        match kind {
+            "yield" => n.parse().ok().map(Delay::Yield),
+            "spin" => n.parse().ok().map(Delay::Spin),
+            "sleep" => n
+                .strip_suffix("us")
+                .unwrap_or(n)
+                .parse()
+                .ok()
+                .map(Delay::SleepMicros),
+            _ => None,
+        }
+    }
+
+    const fn encode(self) -> u64 {
+        match self {
+            Delay::None => 0,
+            Delay::Yield(n) => 1 << 32 | n as u64,
+            Delay::Spin(n) => 2 << 32 | n as u64,
+            Delay::SleepMicros(n) => 3 << 32 | n as u64,
+        }
+    }
+
+    const fn decode(bits: u64) -> Delay {
+        let n = bits as u32;
+        match bits >> 32 {
+            1 => Delay::Yield(n),
+            2 => Delay::Spin(n),
+            3 => Delay::SleepMicros(n),
+            _ => Delay::None,
+        }
+    }
+}
+
+impl core::fmt::Display for Delay {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Delay::None => write!(f, "none"),
+            Delay::Yield(n) => write!(f, "yield:{n}"),
+            Delay::Spin(n) => write!(f, "spin:{n}"),
+            Delay::SleepMicros(n) => write!(f, "sleep:{n}us"),
+        }
+    }
+}
+
+static DELAYS: [AtomicU64; Point::ALL.len()] = [const { AtomicU64::new(0) }; Point::ALL.len()];
+
+/// Sets what happens at `point` from now on (process-wide).
+pub fn set_delay(point: Point, delay: Delay) {
+    DELAYS[point.index()].store(delay.encode(), Relaxed);
+}
+
+/// Sets every point to `delay`.
+pub fn set_all(delay: Delay) {
+    for p in Point::ALL {
+        set_delay(p, delay);
+    }
+}
+
+/// What happens at `point`.
+pub fn delay_at(point: Point) -> Delay {
+    Delay::decode(DELAYS[point.index()].load(Relaxed))
+}
+
+/// Runs the delay set for `point` (one relaxed load when none is set).
+#[inline]
+pub fn delay(point: Point) {
+    match delay_at(point) {
+        Delay::None => {}
+        Delay::Yield(n) => (0..n).for_each(|_| std::thread::yield_now()),
+        Delay::Spin(n) => (0..n).for_each(|_| core::hint::spin_loop()),
+        Delay::SleepMicros(n) => std::thread::sleep(Duration::from_micros(n.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_round_trips() {
+        for d in [
+            Delay::None,
+            Delay::Yield(3),
+            Delay::Spin(1000),
+            Delay::SleepMicros(1),
+        ] {
+            assert_eq!(Delay::parse(&d.to_string()), Some(d));
+            assert_eq!(Delay::decode(d.encode()), d);
+        }
+        assert_eq!(Delay::parse("sleep:5"), Some(Delay::SleepMicros(5)));
+        assert_eq!(Delay::parse("nap:5"), None);
+        for p in Point::ALL {
+            assert_eq!(Point::parse(p.name()), Some(p));
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Memory-safety findings: what the scribbling allocator and the owner canaries report.
+
+use core::fmt;
+
+/// Which side of a block a red zone is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The red zone before the first byte handed out (an underflow).
+    Before,
+    /// The red zone after the last byte handed out (an overflow into the slack).
+    After,
+}
+
+/// What was wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// A block was freed twice (it was still in quarantine when freed again).
+    DoubleFree,
+    /// A pointer that is not a live block was freed (never returned by this allocator, an
+    /// interior pointer, or freed so long ago that it already left quarantine).
+    InvalidFree,
+    /// A live block was freed with a different size or alignment than it was allocated with.
+    LayoutMismatch {
+        /// Size it was allocated with.
+        allocated_size: usize,
+        /// Alignment it was allocated with.
+        allocated_align: usize,
+        /// Alignment it was freed with (its size is the violation's `size`).
+        freed_align: usize,
+    },
+    /// A byte of a red zone was changed: someone wrote outside the block.
+    RedZoneOverwrite {
+        /// Before or after the block.
+        side: Side,
+        /// Offset of the first changed byte within that red zone.
+        offset: usize,
+        /// The byte found there.
+        found: u8,
+    },
+    /// A byte of a freed block no longer holds the free fill: someone wrote after free.
+    WriteAfterFree {
+        /// Offset of the first changed byte within the block.
+        offset: usize,
+        /// The byte found there.
+        found: u8,
+    },
+    /// An owner was used after it was freed: its canary reads as the free fill.
+    UseAfterFree {
+        /// The canary word found.
+        found: u64,
+    },
+    /// An owner's canary is neither intact nor the free fill (reused or corrupted memory).
+    CanaryDead {
+        /// The canary word found.
+        found: u64,
+    },
+}
+
+impl ViolationKind {
+    /// A short, stable, kebab-case name for reports and JSON (`double-free`, ...).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            ViolationKind::DoubleFree => "double-free",
+            ViolationKind::InvalidFree => "invalid-free",
+            ViolationKind::LayoutMismatch { .. } => "layout-mismatch",
+            ViolationKind::RedZoneOverwrite {
+                side: Side::Before, ..
+            } => "red-zone-before",
+            ViolationKind::RedZoneOverwrite {
+                side: Side::After, ..
+            } => "red-zone-after",
+            ViolationKind::WriteAfterFree { .. } => "write-after-free",
+            ViolationKind::UseAfterFree { .. } => "use-after-free",
+            ViolationKind::CanaryDead { .. } => "canary-dead",
+        }
+    }
+
+    /// The process exit code a harness uses when this violation ends a run (10–17, one per
+    /// kind; see [`crate::report::exit`]).
+    pub const fn exit_code(&self) -> i32 {
+        use crate::report::exit;
+        match self {
+            ViolationKind::UseAfterFree { .. } => exit::USE_AFTER_FREE,
+            ViolationKind::CanaryDead { .. } => exit::CANARY_DEAD,
+            ViolationKind::WriteAfterFree { .. } => exit::WRITE_AFTER_FREE,
+            ViolationKind::DoubleFree => exit::DOUBLE_FREE,
+            ViolationKind::InvalidFree => exit::INVALID_FREE,
+            ViolationKind::RedZoneOverwrite {
+                side: Side::Before, ..
+            } => exit::RED_ZONE_BEFORE,
+            ViolationKind::RedZoneOverwrite {
+                side: Side::After, ..
+            } => exit::RED_ZONE_AFTER,
+            ViolationKind::LayoutMismatch { .. } => exit::LAYOUT_MISMATCH,
+        }
+    }
+}
+
+/// One finding: where, how big, and what was wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// What was wrong.
+    pub kind: ViolationKind,
+    /// The address of the block (the pointer handed out, or the owner) concerned.
+    pub address: usize,
+    /// The block's size in bytes (as allocated, or as passed to the bad free).
+    pub size: usize,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at {:#x} (size {})",
+            self.kind.name(),
+            self.address,
+            self.size
+        )?;
+        match self.kind {
+            ViolationKind::DoubleFree => write!(f, ": freed again while in quarantine"),
+            ViolationKind::InvalidFree => write!(f, ": not a live block of this allocator"),
+            ViolationKind::LayoutMismatch {
+                allocated_size,
+                allocated_align,
+                freed_align,
+            } => write!(
+                f,
+                ": allocated as {allocated_size} bytes align {allocated_align}, \
+                 freed with align {freed_align}"
+            ),
+            ViolationKind::RedZoneOverwrite { offset, found, .. } => {
+                write!(f, ": red-zone byte {offset} is {found:#04x}")
+            }
+            ViolationKind::WriteAfterFree { offset, found } => {
+                write!(
+                    f,
+                    ": freed byte {offset} is {found:#04x}, not the free fill"
+                )
+            }
+            ViolationKind::UseAfterFree { found } => {
+                write!(
+                    f,
+                    ": owner canary reads {found:#018x} (freed and scribbled)"
+                )
+            }
+            ViolationKind::CanaryDead { found } => {
+                write!(
+                    f,
+                    ": owner canary reads {found:#018x} (corrupted or reused)"
+                )
+            }
+        }
+    }
+}
+
+/// What to do with a violation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Print a one-line report on stderr (with the run's seed) and exit the process with the
+    /// kind's distinct code ([`ViolationKind::exit_code`]). The default: a use of freed
+    /// memory must not be allowed to continue.
+    Abort,
+    /// Keep it in a list for a test to assert on, and carry on (the allocator leaves the
+    /// offending block alone).
+    Record,
+}
