@@ -1,0 +1,463 @@
+//! The real XNNPACK, called from Rust through FFI, on keepalloc's provider over fault-inject's
+//! [`Scribble`] backend — and on the `racy` negative control, which must be caught.
+//!
+//! The scenario of `provider/capi/examples/xnnpack_fc.c`, from Rust: 32 sessions released
+//! together acquire the process-wide allocator, whose init hook is `xnn_initialize(table)`;
+//! then XNNPACK creates, runs and deletes a fully-connected operator through the table it
+//! kept. Each scenario runs in a fresh child process (XNNPACK keeps its first allocator for
+//! the life of the process), started by re-running this test executable with
+//! `XNNPACK_FFI_SCENARIO` set:
+//!
+//! * `keepalloc-once`: keepalloc's `GlobalProvider` over `Scribble<System>` (freed blocks are
+//!   scribbled 0x55 and quarantined; any misuse ends the process with a violation code); one
+//!   owner, one hook call, XNNPACK's blocks all come from and return to our owner, and the
+//!   quarantine is clean after the operator is deleted.
+//! * `keepalloc-retry`: the hook calls `xnn_initialize` and then fails three times; XNNPACK
+//!   keeps the pointer from the first attempt, which must be the owner finally published.
+//! * `racy` (feature `controls`): ONNX Runtime's original provider (check, then build, then
+//!   every session rewrites the shared table and initializes the library), with the race
+//!   window held open. XNNPACK keeps an owner that a later session dropped; its next
+//!   allocation reads the freed owner's canary and fault-inject ends the process with
+//!   `USE_AFTER_FREE`. The run must be caught in at least 95% of fresh processes (the same
+//!   bar as `cargo xtask fault-test`).
+//!
+//! XNNPACK is loaded with `dlopen` (Debian's `libxnnpack-dev`: `libXNNPACK.so`), so this
+//! crate needs no build script; without it the test prints "skipped: libxnnpack-dev not
+//! installed", unless `CI` is set, where that is a failure.
+
+use core::ffi::{c_char, c_int, c_void};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Barrier, OnceLock};
+
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_fault_inject::report::exit;
+use keepalloc_fault_inject::{Scribble, ScribbleConfig};
+use keepalloc_provider::{GlobalProvider, InitError, Provider};
+
+const THREADS: usize = 32;
+const SCENARIO_ENV: &str = "XNNPACK_FFI_SCENARIO";
+const KEEPALLOC_RUNS: usize = 10;
+const RACY_RUNS: usize = 20;
+
+// ---------------------------------------------------------------------------------------
+// XNNPACK through dlopen.
+
+unsafe extern "C" {
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+const RTLD_NOW: c_int = 2;
+
+/// `enum xnn_status`: 0 is success.
+type XnnStatus = c_int;
+const XNN_STATUS_SUCCESS: XnnStatus = 0;
+const XNN_STATUS_UNINITIALIZED: XnnStatus = 1;
+/// `XNN_EXTRA_BYTES`: XNNPACK may read this far past the end of its inputs.
+const XNN_EXTRA_FLOATS: usize = 16 / size_of::<f32>();
+
+/// The XNNPACK functions this test calls (signatures from the 2022-02-16 `xnnpack.h`).
+struct Xnn {
+    /// `xnn_initialize(const struct xnn_allocator*)`; `AllocatorTable` has its layout.
+    initialize: unsafe extern "C" fn(*const AllocatorTable) -> XnnStatus,
+    /// `xnn_create_fully_connected_nc_f32(in, out, in_stride, out_stride, kernel, bias, min,
+    /// max, flags, &op)`.
+    create_fc: unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        *const f32,
+        *const f32,
+        f32,
+        f32,
+        u32,
+        *mut *mut c_void,
+    ) -> XnnStatus,
+    /// `xnn_setup_fully_connected_nc_f32(op, batch, input, output, threadpool)`.
+    setup_fc:
+        unsafe extern "C" fn(*mut c_void, usize, *const f32, *mut f32, *mut c_void) -> XnnStatus,
+    /// `xnn_run_operator(op, threadpool)`.
+    run: unsafe extern "C" fn(*mut c_void, *mut c_void) -> XnnStatus,
+    /// `xnn_delete_operator(op)`.
+    delete: unsafe extern "C" fn(*mut c_void) -> XnnStatus,
+}
+
+static XNN: OnceLock<Option<Xnn>> = OnceLock::new();
+
+/// Looks `name` up in `handle` (or its dependencies) as a function pointer of type `F`.
+///
+/// # Safety
+/// `handle` came from a successful `dlopen`, and the C function `name` has exactly the
+/// signature `F` describes (`F` is an `unsafe extern "C" fn` type).
+unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &core::ffi::CStr) -> Option<F> {
+    assert_eq!(
+        size_of::<F>(),
+        size_of::<*mut c_void>(),
+        "F is a function pointer"
+    );
+    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
+    let p = unsafe { dlsym(handle, name.as_ptr()) };
+    // SAFETY: `p` is the non-NULL address of the function `name`, whose signature is `F`
+    // (the caller's promise), and `F` is pointer-sized.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+fn load_xnnpack() -> Option<Xnn> {
+    let handle = [c"libXNNPACK.so.0", c"libXNNPACK.so"]
+        .into_iter()
+        // SAFETY: dlopen with a NUL-terminated name; a missing library returns NULL.
+        .map(|name| unsafe { dlopen(name.as_ptr(), RTLD_NOW) })
+        .find(|h| !h.is_null())?;
+    // XNNPACK's first xnn_initialize also initializes cpuinfo (slow: it reads /proc and
+    // /sys). Do that now, outside the race, so the race is between sessions, not cpuinfo.
+    // SAFETY: `bool cpuinfo_initialize(void)` (cpuinfo.h), loaded with XNNPACK.
+    let cpuinfo_initialize: Option<unsafe extern "C" fn() -> bool> =
+        unsafe { symbol(handle, c"cpuinfo_initialize") };
+    if let Some(init) = cpuinfo_initialize {
+        // SAFETY: idempotent and thread-safe; takes no arguments.
+        unsafe { init() };
+    }
+    // SAFETY: (all five) each symbol is the XNNPACK function of that name, whose C signature
+    // (xnnpack.h, 2022-02-16) is the function-pointer type of the field it is stored in.
+    unsafe {
+        Some(Xnn {
+            initialize: symbol(handle, c"xnn_initialize")?,
+            create_fc: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
+            setup_fc: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
+            run: symbol(handle, c"xnn_run_operator")?,
+            delete: symbol(handle, c"xnn_delete_operator")?,
+        })
+    }
+}
+
+fn xnn() -> &'static Xnn {
+    XNN.get_or_init(load_xnnpack)
+        .as_ref()
+        .expect("XNNPACK is loaded before any scenario runs")
+}
+
+/// `y = clamp(x·Wᵀ + b)` through an XNNPACK operator: create (XNNPACK packs the weights into
+/// memory from its allocator), overwrite the caller's weights, run, check against a plain
+/// reference, delete.
+fn fully_connected(input: usize, output: usize, batch: usize) {
+    let xnn = xnn();
+    let value = |i: usize, seed: usize| ((i * 7 + seed * 13) % 17) as f32 / 8.0 - 1.0;
+    let mut x: Vec<f32> = (0..batch * input).map(|i| value(i, 1)).collect();
+    x.resize(batch * input + XNN_EXTRA_FLOATS, 0.0);
+    let mut w: Vec<f32> = (0..output * input).map(|i| value(i, 2)).collect();
+    let mut b: Vec<f32> = (0..output).map(|i| value(i, 3)).collect();
+    let (lo, hi) = (-3.0f32, 3.0f32);
+    let mut expect = vec![0.0f32; batch * output];
+    for n in 0..batch {
+        for o in 0..output {
+            let dot: f64 = (0..input)
+                .map(|k| f64::from(x[n * input + k]) * f64::from(w[o * input + k]))
+                .sum();
+            expect[n * output + o] = ((dot + f64::from(b[o])) as f32).clamp(lo, hi);
+        }
+    }
+    let mut y = vec![f32::NAN; batch * output];
+    let mut op: *mut c_void = core::ptr::null_mut();
+    // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer.
+    let status = unsafe {
+        (xnn.create_fc)(
+            input,
+            output,
+            input,
+            output,
+            w.as_ptr(),
+            b.as_ptr(),
+            lo,
+            hi,
+            0,
+            &mut op,
+        )
+    };
+    assert_eq!(
+        status, XNN_STATUS_SUCCESS,
+        "xnn_create_fully_connected_nc_f32"
+    );
+    w.fill(f32::NAN); // the run may only use XNNPACK's packed copy
+    b.fill(f32::NAN);
+    // SAFETY: op is live; x holds batch*input floats plus XNN_EXTRA_BYTES, y batch*output.
+    unsafe {
+        assert_eq!(
+            (xnn.setup_fc)(op, batch, x.as_ptr(), y.as_mut_ptr(), core::ptr::null_mut()),
+            0
+        );
+        assert_eq!(
+            (xnn.run)(op, core::ptr::null_mut()),
+            XNN_STATUS_SUCCESS,
+            "xnn_run_operator"
+        );
+    }
+    for (i, (got, want)) in y.iter().zip(&expect).enumerate() {
+        assert!(
+            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+            "y[{i}] = {got}, expected {want}"
+        );
+    }
+    // SAFETY: op is live and not used again.
+    let status = unsafe { (xnn.delete)(op) };
+    assert_eq!(status, XNN_STATUS_SUCCESS, "xnn_delete_operator");
+}
+
+// ---------------------------------------------------------------------------------------
+// keepalloc over Scribble.
+
+type Backend = Scribble<System>;
+
+fn scribble_backend() -> Result<Backend, allocator_api2::alloc::AllocError> {
+    Ok(Scribble::new(System, ScribbleConfig::DEFAULT))
+}
+
+/// Hook calls so far, and the contexts they saw.
+static HOOK_CALLS: AtomicU32 = AtomicU32::new(0);
+static HOOK_CONTEXTS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+/// How many hook calls report failure after `xnn_initialize` (retry mode).
+static FAIL_FIRST: AtomicU32 = AtomicU32::new(0);
+
+fn init_xnnpack(table: &'static AllocatorTable) -> Result<(), InitError> {
+    let n = HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
+    HOOK_CONTEXTS.lock().unwrap().push(table.context as usize);
+    // SAFETY: AllocatorTable is `struct xnn_allocator` field for field (the C layout test
+    // proves it against xnnpack.h) and the table lives for the rest of the process.
+    let status = unsafe { (xnn().initialize)(table) };
+    if status != XNN_STATUS_SUCCESS {
+        return Err(InitError::code(status));
+    }
+    if n < FAIL_FIRST.load(Ordering::SeqCst) {
+        return Err(InitError::new(
+            "the runtime's init failed after xnn_initialize",
+        ));
+    }
+    Ok(())
+}
+
+static PROVIDER: GlobalProvider<Backend> =
+    GlobalProvider::new(scribble_backend, Some(init_xnnpack));
+
+fn keepalloc_scenario(failures: u32) {
+    FAIL_FIRST.store(failures, Ordering::SeqCst);
+    let mut early = core::ptr::null_mut();
+    // SAFETY: a create before initialization only returns a status.
+    let status = unsafe {
+        (xnn().create_fc)(
+            4,
+            4,
+            4,
+            4,
+            core::ptr::null(),
+            core::ptr::null(),
+            -1.0,
+            1.0,
+            0,
+            &mut early,
+        )
+    };
+    assert_eq!(status, XNN_STATUS_UNINITIALIZED);
+
+    let gate = Barrier::new(THREADS);
+    let failed = AtomicU32::new(0);
+    let handles: Vec<_> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    let session = Provider::with_global(&PROVIDER);
+                    gate.wait();
+                    loop {
+                        match session.preferred_allocator() {
+                            Ok(handle) => return handle,
+                            Err(_) => failed.fetch_add(1, Ordering::SeqCst),
+                        };
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert!(
+        handles.iter().all(|h| *h == handles[0]),
+        "every session got the same allocator"
+    );
+    assert_eq!(failed.load(Ordering::SeqCst), failures);
+    assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), failures + 1);
+    let contexts = HOOK_CONTEXTS.lock().unwrap().clone();
+    assert!(
+        contexts.iter().all(|&c| c == handles[0].context() as usize),
+        "every attempt (and so XNNPACK's capture on the first) saw the published owner"
+    );
+    let stats = PROVIDER.stats();
+    assert_eq!((stats.owners_constructed, stats.init_successes), (1, 1));
+    assert_eq!(stats.init_attempts, u64::from(failures) + 1);
+
+    let before = handles[0].stats();
+    fully_connected(37, 19, 5);
+    let after = handles[0].stats();
+    println!("keepalloc over Scribble: before the operator {before:?}; after delete {after:?}");
+    assert!(
+        after.allocations > before.allocations,
+        "XNNPACK allocated through our owner"
+    );
+    assert_eq!(
+        after.live_bytes, before.live_bytes,
+        "and gave every byte back"
+    );
+    assert_eq!(
+        after.deallocations - before.deallocations,
+        after.allocations - before.allocations
+    );
+    // Every freed block still holds the free fill and intact red zones (a violation exits).
+    let scribble = handles[0].owner().allocator().inner();
+    scribble.flush_quarantine();
+    let s = scribble.stats();
+    assert_eq!((s.live_blocks, s.violations), (0, 0), "{s:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The racy control.
+
+#[cfg(feature = "controls")]
+fn racy_scenario() {
+    use keepalloc_fault_inject::controls::racy::RACY;
+    use keepalloc_fault_inject::delay::{Delay, Point, set_delay};
+    use keepalloc_fault_inject::scenario::Subject;
+
+    // A longer hold than `Delay::HOLD`: with other builds competing for the cores a 1 µs
+    // park occasionally lets one session through before the others reach the check.
+    set_delay(Point::CheckToStore, Delay::SleepMicros(2000));
+    let gate = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                gate.wait();
+                // The original provider: check, build, rewrite the shared table, then
+                // initialize the library with it (XNNPACK keeps the first pointer and copies
+                // the table once).
+                let identity = RACY.acquire(&()).expect("the racy control's acquire");
+                // SAFETY: the control's table is a complete AllocatorTable in a static.
+                let status = unsafe { (xnn().initialize)(identity.table) };
+                assert_eq!(status, XNN_STATUS_SUCCESS);
+            });
+        }
+    });
+    // XNNPACK now allocates through the owner it kept: if a later session dropped it, the
+    // canary reads 0x55 and fault-inject exits with USE_AFTER_FREE here.
+    fully_connected(37, 19, 5);
+    let owners = RACY.owners_constructed();
+    assert!(
+        owners == 1,
+        "caught by bookkeeping only: {owners} owners constructed"
+    );
+}
+
+#[cfg(not(feature = "controls"))]
+fn racy_scenario() {
+    eprintln!("the racy control needs feature `controls`");
+    std::process::exit(exit::NOT_BUILT);
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent: one fresh process per run.
+
+fn run_child(scenario: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().expect("the test executable"))
+        .args([
+            "--exact",
+            "xnnpack_through_ffi",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(SCENARIO_ENV, scenario)
+        .env("MALLOC_PERTURB_", "165")
+        .output()
+        .expect("a child process")
+}
+
+fn describe(out: &std::process::Output) -> String {
+    format!(
+        "{}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn xnnpack_through_ffi() {
+    if let Ok(scenario) = std::env::var(SCENARIO_ENV) {
+        assert!(
+            XNN.get_or_init(load_xnnpack).is_some(),
+            "XNNPACK did not load in the child"
+        );
+        match scenario.as_str() {
+            "keepalloc-once" => keepalloc_scenario(0),
+            "keepalloc-retry" => keepalloc_scenario(3),
+            "racy" => racy_scenario(),
+            other => panic!("unknown scenario {other}"),
+        }
+        return;
+    }
+
+    if XNN.get_or_init(load_xnnpack).is_none() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+        assert!(
+            !ci,
+            "libXNNPACK.so could not be loaded, and CI is set: install libxnnpack-dev"
+        );
+        println!("skipped: libxnnpack-dev not installed");
+        return;
+    }
+
+    for scenario in ["keepalloc-once", "keepalloc-retry"] {
+        for run in 0..KEEPALLOC_RUNS {
+            let out = run_child(scenario);
+            assert!(
+                out.status.success(),
+                "{scenario}, run {run}: {}",
+                describe(&out)
+            );
+            if run == 0 {
+                print!("{}", String::from_utf8_lossy(&out.stdout));
+            }
+        }
+        println!("{scenario}: {KEEPALLOC_RUNS} of {KEEPALLOC_RUNS} fresh processes passed");
+    }
+
+    let (mut by_library, mut by_bookkeeping, mut missed) = (0, 0, 0);
+    for run in 0..RACY_RUNS {
+        let out = run_child("racy");
+        match out.status.code() {
+            Some(exit::NOT_BUILT) => {
+                println!("racy control: not built (feature `controls`), not run");
+                return;
+            }
+            Some(exit::USE_AFTER_FREE) => by_library += 1,
+            Some(0) => missed += 1,
+            _ if String::from_utf8_lossy(&out.stdout).contains("caught by bookkeeping only")
+                || String::from_utf8_lossy(&out.stderr).contains("caught by bookkeeping only") =>
+            {
+                by_bookkeeping += 1
+            }
+            _ => panic!(
+                "racy control, run {run}: an unexpected failure: {}",
+                describe(&out)
+            ),
+        }
+    }
+    println!(
+        "racy control: {RACY_RUNS} fresh processes; XNNPACK used a freed owner (USE_AFTER_FREE) \
+         in {by_library}, two owners but XNNPACK kept the live one in {by_bookkeeping}, \
+         not caught in {missed}"
+    );
+    assert!(
+        missed * 20 <= RACY_RUNS,
+        "the racy control was caught in fewer than 95% of runs"
+    );
+    assert!(
+        by_library > 0,
+        "XNNPACK itself never tripped over the racy control's freed owner"
+    );
+}
