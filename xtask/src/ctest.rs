@@ -134,30 +134,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask fault-test` until fault-inject's harness is wired in: runs the C cold-start
-/// test (32 threads released together in a fresh process) and its negative control, and
-/// says that this is all it does.
-pub fn fault_test_fallback(args: &[String]) -> Result<(), String> {
-    println!(
-        "fault-test: the fault-inject harness is not wired into xtask yet; running the C \
-         cold-start test (acquire_race: 32 threads, fresh process) and its racy control \
-         instead{}",
-        if args.is_empty() {
-            String::new()
-        } else {
-            format!(" (ignoring arguments {args:?})")
-        }
-    );
-    let ctx = prepare()?;
-    let source = ctx.dirs.tests().join("acquire_race.c");
-    run_foundation_test(&ctx, &source)?;
-    let racy = CONTROLS
-        .iter()
-        .find(|c| c.caught_by.contains(&"acquire_race"))
-        .ok_or("no control for acquire_race")?;
-    run_one_control(&ctx, racy, "acquire_race")
-}
-
 fn header(ctx: &Ctx) -> Result<(), String> {
     for line in ctools::check_header(&ctx.tc, &ctx.dirs, &ctx.out.join("header"))? {
         println!("  {line}");
