@@ -150,10 +150,7 @@ fn arena_reset_returns_memory() {
 #[test]
 fn plain_bump_interoperates() {
     let bump = bumpalo::Bump::new();
-    let opts = Options {
-        threads: 0,
-        ..OPTS
-    };
+    let opts = Options { threads: 0, ..OPTS };
     conformance::check_sizes(&&bump, opts);
     conformance::check_zeroed(&&bump, opts);
     conformance::check_grow_shrink(&&bump, opts);
