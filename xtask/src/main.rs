@@ -3,6 +3,7 @@
 //! Every command calls cargo through `env!("CARGO")` so it uses the same toolchain that
 //! built it, and runs from the workspace root wherever it was invoked.
 
+mod bench;
 mod ctest;
 mod fault_test;
 mod loom;
@@ -21,6 +22,7 @@ commands:
   loom         model-check the provider's once cell under loom (all interleavings)
   miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
   asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
+  bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
   help         this text
 ";
 
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
     };
     let rest: Vec<String> = args.collect();
     let result = match command.as_str() {
+        "bench" => bench::run(&rest),
         "fault-test" => fault_test::run(&rest),
         "miri" => sanitizers::miri(&rest),
         "asan" => sanitizers::asan(&rest),

@@ -1,3 +1,415 @@
-//! `cargo xtask bench`: keepalloc-kernels against its peers (work in progress).
+//! `cargo xtask bench`: keepalloc-kernels against XNNPACK, OpenBLAS, matrixmultiply and gemm
+//! on the issue's fully-connected shapes, single-threaded, in one run.
+//!
+//! For each shape (M, K, N) every library computes `x[M][K] · W` (the FC operators also add
+//! the bias), its output is checked against an f64 reference (a wrong fast kernel is
+//! worthless: any mismatch fails the run), and its time is the median of many timed runs,
+//! reported as GFLOPS (`2·M·K·N / t`). The same run measures the core's FMA peak and, for
+//! batch 1, the read bandwidth of a weights-sized buffer (the memory roof: 2 flops per
+//! 4-byte weight, so GFLOPS ≤ GB/s ÷ 2).
+//!
+//! Options: `--json PATH`, `--svg PATH` (default `target-kernels/bench/fully_connected.svg`),
+//! `--quick` (shorter timing), `--libs a,b` and `--shapes MxKxN,...` to narrow the run.
 
-fn main() {}
+mod chart;
+mod peers;
+mod probe;
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use peers::{Data, Lib};
+
+/// The issue's shapes, (M, K, N).
+const SHAPES: [(usize, usize, usize); 11] = [
+    (1, 96, 64),
+    (1, 256, 256),
+    (1, 1536, 1536),
+    (1, 4096, 4096),
+    (4, 512, 512),
+    (16, 1024, 1024),
+    (32, 96, 1536),
+    (64, 1024, 1024),
+    (128, 2048, 2048),
+    (256, 512, 2048),
+    (512, 512, 512),
+];
+
+/// One library on one shape.
+pub struct Cell {
+    /// The library.
+    pub lib: Lib,
+    /// Median GFLOPS, or why it was skipped.
+    pub gflops: Result<f64, String>,
+    /// Output matched the reference.
+    pub correct: bool,
+}
+
+/// One shape's results.
+pub struct Row {
+    /// (M, K, N).
+    pub shape: (usize, usize, usize),
+    /// One per library, in `--libs` order.
+    pub cells: Vec<Cell>,
+    /// Batch 1: read bandwidth (GB/s) of a weights-sized buffer.
+    pub bandwidth: Option<f64>,
+}
+
+impl Row {
+    /// `MxKxN`.
+    pub fn label(&self) -> String {
+        let (m, k, n) = self.shape;
+        format!("{m}x{k}x{n}")
+    }
+
+    fn of(&self, lib: Lib) -> Option<f64> {
+        self.cells
+            .iter()
+            .find(|c| c.lib == lib)
+            .and_then(|c| c.gflops.as_ref().ok().copied())
+    }
+
+    fn best_peer(&self) -> Option<(Lib, f64)> {
+        self.cells
+            .iter()
+            .filter(|c| c.lib != Lib::Keepalloc)
+            .filter_map(|c| c.gflops.as_ref().ok().map(|&g| (c.lib, g)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
+struct Options {
+    json: Option<String>,
+    svg: String,
+    budget: Duration,
+    libs: Vec<Lib>,
+    shapes: Vec<(usize, usize, usize)>,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        json: None,
+        svg: "target-kernels/bench/fully_connected.svg".into(),
+        budget: Duration::from_millis(400),
+        libs: Lib::ALL.to_vec(),
+        shapes: SHAPES.to_vec(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--json" => o.json = Some(value()?),
+            "--svg" => o.svg = value()?,
+            "--quick" => o.budget = Duration::from_millis(120),
+            "--libs" => {
+                let v = value()?;
+                o.libs = Lib::ALL
+                    .into_iter()
+                    .filter(|l| v.split(',').any(|s| s.eq_ignore_ascii_case(l.name())))
+                    .collect();
+            }
+            "--shapes" => {
+                o.shapes = value()?
+                    .split(',')
+                    .map(|s| {
+                        let d: Vec<usize> = s.split('x').filter_map(|v| v.parse().ok()).collect();
+                        match d[..] {
+                            [m, k, n] if m > 0 && k > 0 && n > 0 => Ok((m, k, n)),
+                            _ => Err(format!("bad shape `{s}`, want MxKxN")),
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: keepalloc-kernels-bench [--json PATH] [--svg PATH] [--quick] [--libs a,b] [--shapes MxKxN,...]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// Rounds per shape: the libraries take turns (each round times every library), so a
+/// neighbour's load on this shared machine slows all of them alike instead of one.
+const ROUNDS: usize = 7;
+
+/// A runner being timed: runs per sample (so each sample lasts at least ~50 µs) and the
+/// GFLOPS of every sample so far.
+struct Timing {
+    inner: u32,
+    samples: Vec<f64>,
+}
+
+impl Timing {
+    /// Warms `run` up and sizes its samples.
+    fn calibrate(run: &mut dyn FnMut(&mut [f32]), out: &mut [f32]) -> (Timing, Duration) {
+        for _ in 0..3 {
+            run(out);
+        }
+        let t = Instant::now();
+        run(out);
+        let one = t.elapsed().max(Duration::from_nanos(50));
+        let inner = (Duration::from_micros(50).as_nanos() / one.as_nanos()).max(1) as u32;
+        (
+            Timing {
+                inner,
+                samples: Vec::new(),
+            },
+            one * inner,
+        )
+    }
+
+    /// Takes `count` samples.
+    fn sample(
+        &mut self,
+        run: &mut dyn FnMut(&mut [f32]),
+        out: &mut [f32],
+        flops: f64,
+        count: usize,
+    ) {
+        for _ in 0..count {
+            let t = Instant::now();
+            for _ in 0..self.inner {
+                run(black_box(&mut *out));
+            }
+            self.samples
+                .push(flops * self.inner as f64 / t.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+
+    fn median(&mut self) -> f64 {
+        self.samples.sort_by(f64::total_cmp);
+        self.samples[self.samples.len() / 2]
+    }
+}
+
+fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
+    reference.iter().enumerate().all(|(i, &(want, tol))| {
+        let want = if bias {
+            want + d.bias[i % d.n] as f64
+        } else {
+            want
+        };
+        (out[i] as f64 - want).abs() <= tol + 1e-6
+    })
+}
+
+fn main() -> ExitCode {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("keepalloc-kernels-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let isa = keepalloc_kernels::selected_isa().map_or_else(|e| e.to_string(), |i| i.to_string());
+    println!(
+        "keepalloc-kernels bench: single thread, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
+    );
+    // The peak is a maximum: a busy neighbour can only lower a probe, so keep the best of
+    // the probes taken before and between the shapes.
+    let mut peak = probe::fma_peak();
+    println!("FMA peak (probe, this core, before the shapes): {peak:.1} GFLOPS");
+    let mut rows = Vec::new();
+    let mut wrong = Vec::new();
+    for &(m, k, n) in &o.shapes {
+        let d = Data::new(m, k, n);
+        let reference = d.reference();
+        let flops = 2.0 * (m * k * n) as f64;
+        let mut out = vec![f32::NAN; m * n];
+        let mut runners: Vec<(Lib, Result<peers::Runner<'_>, String>)> = o
+            .libs
+            .iter()
+            .map(|&lib| (lib, peers::runner(lib, &d)))
+            .collect();
+        let mut timings: Vec<Option<(Timing, usize)>> = runners
+            .iter_mut()
+            .map(|(_, r)| {
+                let run = r.as_mut().ok()?;
+                let (t, sample) = Timing::calibrate(run, &mut out);
+                let per_round = (o.budget.as_nanos() / ROUNDS as u128 / sample.as_nanos())
+                    .clamp(3, 300) as usize;
+                Some((t, per_round))
+            })
+            .collect();
+        for _ in 0..ROUNDS {
+            for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+                if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
+                    t.sample(run, &mut out, flops, *per_round);
+                }
+            }
+        }
+        let mut cells = Vec::new();
+        for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+            let lib = *lib;
+            let cell = match (r, t) {
+                (Ok(run), Some((t, _))) => {
+                    out.fill(f32::NAN);
+                    run(&mut out);
+                    let correct = check(&d, &reference, &out, lib.adds_bias());
+                    if !correct {
+                        wrong.push(format!("{} on {m}x{k}x{n}", lib.name()));
+                    }
+                    Cell {
+                        lib,
+                        gflops: Ok(t.median()),
+                        correct,
+                    }
+                }
+                (Err(why), _) => Cell {
+                    lib,
+                    gflops: Err(why.clone()),
+                    correct: true,
+                },
+                (Ok(_), None) => unreachable!("every runner is calibrated"),
+            };
+            cells.push(cell);
+        }
+        drop(runners);
+        peak = peak.max(probe::fma_peak());
+        let bandwidth = (m == 1).then(|| probe::read_bandwidth(k * n * 4));
+        let row = Row {
+            shape: (m, k, n),
+            cells,
+            bandwidth,
+        };
+        eprintln!("measured {}", row.label());
+        rows.push(row);
+    }
+    println!("FMA peak (probe, best of the run): {peak:.1} GFLOPS");
+    for (i, row) in rows.iter().enumerate() {
+        print_row(row, peak, i == 0, &o.libs);
+    }
+    for lib in &o.libs {
+        if let Some(Cell {
+            gflops: Err(why), ..
+        }) = rows
+            .first()
+            .and_then(|r| r.cells.iter().find(|c| c.lib == *lib))
+        {
+            println!("{}: {why}", lib.name());
+        }
+    }
+    if let Some(path) = &o.json {
+        if let Err(e) = std::fs::write(path, json(&rows, peak, &isa)) {
+            eprintln!("could not write {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("JSON: {path}");
+    }
+    if let Some(dir) = std::path::Path::new(&o.svg).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match chart::draw(&o.svg, &rows, &o.libs, peak) {
+        Ok(()) => println!("SVG chart: {}", o.svg),
+        Err(e) => eprintln!("SVG chart failed: {e}"),
+    }
+    if wrong.is_empty() {
+        println!("all outputs match the f64 reference");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("WRONG RESULTS: {}", wrong.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
+    if header {
+        let mut h = format!("{:<16}", "shape (MxKxN)");
+        for lib in libs {
+            let _ = write!(h, "{:>15}", lib.name());
+        }
+        let _ = write!(
+            h,
+            "  {:>24} {:>9} {:>7} {:>7}",
+            "best peer", "vs best", "vs XNN", "% peak"
+        );
+        let _ = write!(h, "  {:>16}", "b=1 roof GFLOPS");
+        println!("{h}");
+    }
+    let mut line = format!("{:<16}", row.label());
+    for lib in libs {
+        let cell = row.cells.iter().find(|c| c.lib == *lib).unwrap();
+        match &cell.gflops {
+            Ok(g) => {
+                let mark = if cell.correct { "" } else { "!" };
+                let _ = write!(line, "{:>15}", format!("{g:.1}{mark}"));
+            }
+            Err(_) => {
+                let _ = write!(line, "{:>15}", "skipped");
+            }
+        }
+    }
+    let ours = row.of(Lib::Keepalloc);
+    let best = row.best_peer();
+    let best_s = best.map_or("-".into(), |(l, g)| format!("{} {g:.1}", l.name()));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}x", a / b),
+        _ => "-".into(),
+    };
+    let _ = write!(
+        line,
+        "  {:>24} {:>9} {:>7} {:>7}",
+        best_s,
+        ratio(ours, best.map(|b| b.1)),
+        ratio(ours, row.of(Lib::Xnnpack)),
+        ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak))
+    );
+    if let Some(bw) = row.bandwidth {
+        let _ = write!(line, "  {:>16}", format!("{:.1} ({bw:.0} GB/s)", bw / 2.0));
+    }
+    println!("{line}");
+}
+
+fn json(rows: &[Row], peak: f64, isa: &str) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{{\n  \"fma_peak_gflops\": {peak:.3},\n  \"keepalloc_isa\": \"{isa}\",\n  \"threads\": 1,\n  \"shapes\": ["
+    );
+    for (i, row) in rows.iter().enumerate() {
+        let (m, k, n) = row.shape;
+        let _ = write!(
+            s,
+            "{}\n    {{\"m\": {m}, \"k\": {k}, \"n\": {n}",
+            if i == 0 { "" } else { "," }
+        );
+        if let Some(bw) = row.bandwidth {
+            let _ = write!(
+                s,
+                ", \"read_bandwidth_gbs\": {bw:.3}, \"memory_roof_gflops\": {:.3}",
+                bw / 2.0
+            );
+        }
+        s.push_str(", \"results\": {");
+        for (j, c) in row.cells.iter().enumerate() {
+            let sep = if j == 0 { "" } else { ", " };
+            match &c.gflops {
+                Ok(g) => {
+                    let _ = write!(
+                        s,
+                        "{sep}\"{}\": {{\"gflops\": {g:.3}, \"correct\": {}}}",
+                        c.lib.name(),
+                        c.correct
+                    );
+                }
+                Err(why) => {
+                    let _ = write!(
+                        s,
+                        "{sep}\"{}\": {{\"skipped\": \"{}\"}}",
+                        c.lib.name(),
+                        why.replace('"', "'")
+                    );
+                }
+            }
+        }
+        s.push_str("}}");
+    }
+    s.push_str("\n  ]\n}\n");
+    s
+}

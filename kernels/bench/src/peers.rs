@@ -1,0 +1,391 @@
+//! The libraries under comparison, each behind the same closure: `run(output)` computes
+//! `output[M][N]` for the shape's fixed input and weights. Setup (operator creation, weight
+//! packing, transposition) happens once, outside the timed closure.
+
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
+
+/// One shape's data.
+pub struct Data {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// `m × k`, plus 16 floats of slack (XNNPACK may read `XNN_EXTRA_BYTES` past the end).
+    pub x: Vec<f32>,
+    /// `[N][K]`, XNNPACK's default layout.
+    pub w: Vec<f32>,
+    /// `[K][N]`, pre-transposed for matrixmultiply, gemm and OpenBLAS sgemm.
+    pub wt: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+impl Data {
+    pub fn new(m: usize, k: usize, n: usize) -> Data {
+        let mut state = 0x2545_F491_4F6C_DD1Du64 ^ ((m * 31 + k) * 131 + n) as u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let mut x: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        x.extend([0.0; 16]);
+        let w: Vec<f32> = (0..n * k).map(|_| next()).collect();
+        let mut wt = vec![0.0; k * n];
+        for i in 0..n {
+            for j in 0..k {
+                wt[j * n + i] = w[i * k + j];
+            }
+        }
+        let bias = (0..n).map(|_| next()).collect();
+        Data {
+            m,
+            k,
+            n,
+            x,
+            w,
+            wt,
+            bias,
+        }
+    }
+
+    /// `(x·Wᵀ without bias, error bound)` per output, accumulated in f64.
+    pub fn reference(&self) -> Vec<(f64, f64)> {
+        let mut out = vec![(0.0, 0.0); self.m * self.n];
+        for i in 0..self.m {
+            let x = &self.x[i * self.k..(i + 1) * self.k];
+            for j in 0..self.n {
+                let w = &self.w[j * self.k..(j + 1) * self.k];
+                let (mut s, mut a) = (0.0f64, 0.0f64);
+                for (&xv, &wv) in x.iter().zip(w) {
+                    let t = xv as f64 * wv as f64;
+                    s += t;
+                    a += t.abs();
+                }
+                out[i * self.n + j] = (s, a * (self.k as f64 + 2.0) * f32::EPSILON as f64);
+            }
+        }
+        out
+    }
+}
+
+/// A library in the comparison.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lib {
+    Keepalloc,
+    Xnnpack,
+    OpenBlas,
+    MatrixMultiply,
+    Gemm,
+}
+
+impl Lib {
+    pub const ALL: [Lib; 5] = [
+        Lib::Keepalloc,
+        Lib::Xnnpack,
+        Lib::OpenBlas,
+        Lib::MatrixMultiply,
+        Lib::Gemm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lib::Keepalloc => "keepalloc",
+            Lib::Xnnpack => "XNNPACK",
+            Lib::OpenBlas => "OpenBLAS",
+            Lib::MatrixMultiply => "matrixmultiply",
+            Lib::Gemm => "gemm",
+        }
+    }
+
+    /// Whether its output includes the bias (the FC operators do; the GEMMs compute x·W).
+    pub fn adds_bias(self) -> bool {
+        matches!(self, Lib::Keepalloc | Lib::Xnnpack)
+    }
+}
+
+/// The timed closure of one library.
+pub type Runner<'a> = Box<dyn FnMut(&mut [f32]) + 'a>;
+
+static SYSTEM: System = System;
+static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+
+/// Builds `lib`'s runner for `d`, or says why it is skipped.
+pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
+    match lib {
+        Lib::Keepalloc => {
+            keepalloc_kernels::initialize(&TABLE).map_err(|e| e.to_string())?;
+            let op =
+                FullyConnected::create(&FullyConnectedDesc::new(d.k, d.n, &d.w).with_bias(&d.bias))
+                    .map_err(|e| e.to_string())?;
+            let m = d.m;
+            Ok(Box::new(move |out| {
+                op.run(m, &d.x, out).expect("keepalloc run")
+            }))
+        }
+        Lib::Xnnpack => xnnpack::runner(d),
+        Lib::OpenBlas => openblas::runner(d),
+        Lib::MatrixMultiply => Ok(Box::new(move |out| {
+            // SAFETY: x is m × k (row stride k), wt is k × n (row stride n), out is m × n.
+            unsafe {
+                matrixmultiply::sgemm(
+                    d.m,
+                    d.k,
+                    d.n,
+                    1.0,
+                    d.x.as_ptr(),
+                    d.k as isize,
+                    1,
+                    d.wt.as_ptr(),
+                    d.n as isize,
+                    1,
+                    0.0,
+                    out.as_mut_ptr(),
+                    d.n as isize,
+                    1,
+                )
+            }
+        })),
+        Lib::Gemm => Ok(Box::new(move |out| {
+            // SAFETY: as for matrixmultiply; gemm takes (column stride, row stride) pairs.
+            unsafe {
+                gemm::gemm(
+                    d.m,
+                    d.n,
+                    d.k,
+                    out.as_mut_ptr(),
+                    1,
+                    d.n as isize,
+                    false,
+                    d.x.as_ptr(),
+                    1,
+                    d.k as isize,
+                    d.wt.as_ptr(),
+                    1,
+                    d.n as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            }
+        })),
+    }
+}
+
+#[cfg(have_xnnpack)]
+mod xnnpack {
+    use core::ffi::c_void;
+    use core::ptr;
+
+    use super::{Data, Runner};
+
+    type Status = u32;
+    const SUCCESS: Status = 0;
+
+    // The 2022-02-16 signatures from /usr/include/xnnpack.h.
+    unsafe extern "C" {
+        fn xnn_initialize(allocator: *const c_void) -> Status;
+        fn xnn_create_fully_connected_nc_f32(
+            input_channels: usize,
+            output_channels: usize,
+            input_stride: usize,
+            output_stride: usize,
+            kernel: *const f32,
+            bias: *const f32,
+            output_min: f32,
+            output_max: f32,
+            flags: u32,
+            op_out: *mut *mut c_void,
+        ) -> Status;
+        fn xnn_setup_fully_connected_nc_f32(
+            op: *mut c_void,
+            batch_size: usize,
+            input: *const f32,
+            output: *mut f32,
+            threadpool: *mut c_void,
+        ) -> Status;
+        fn xnn_run_operator(op: *mut c_void, threadpool: *mut c_void) -> Status;
+        fn xnn_delete_operator(op: *mut c_void) -> Status;
+    }
+
+    struct Op(*mut c_void);
+
+    impl Drop for Op {
+        fn drop(&mut self) {
+            // SAFETY: a live operator from xnn_create_*, deleted once.
+            unsafe { xnn_delete_operator(self.0) };
+        }
+    }
+
+    pub fn runner(d: &Data) -> Result<Runner<'_>, String> {
+        // SAFETY: NULL selects XNNPACK's default allocator; repeated calls are allowed.
+        let status = unsafe { xnn_initialize(ptr::null()) };
+        if status != SUCCESS {
+            return Err(format!("xnn_initialize failed: status {status}"));
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: the weights are n × k and the bias n floats; both are copied (packed).
+        let status = unsafe {
+            xnn_create_fully_connected_nc_f32(
+                d.k,
+                d.n,
+                d.k,
+                d.n,
+                d.w.as_ptr(),
+                d.bias.as_ptr(),
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                0,
+                &mut raw,
+            )
+        };
+        if status != SUCCESS {
+            return Err(format!(
+                "xnn_create_fully_connected_nc_f32 failed: status {status}"
+            ));
+        }
+        let op = Op(raw);
+        let mut bound: *mut f32 = ptr::null_mut();
+        Ok(Box::new(move |out: &mut [f32]| {
+            // Capture the whole `Op` (not just its Copy pointer field), so the operator is
+            // deleted when the runner is dropped, not when this function returns.
+            let op = &op;
+            if bound != out.as_mut_ptr() {
+                bound = out.as_mut_ptr();
+                // SAFETY: x holds m rows of k floats plus XNN_EXTRA_BYTES of slack; out holds
+                // m × n floats and stays alive while the operator runs on it.
+                let status = unsafe {
+                    xnn_setup_fully_connected_nc_f32(
+                        op.0,
+                        d.m,
+                        d.x.as_ptr(),
+                        bound,
+                        ptr::null_mut(),
+                    )
+                };
+                assert_eq!(status, SUCCESS, "xnn_setup_fully_connected_nc_f32");
+            }
+            // SAFETY: the operator was set up on this output buffer.
+            let status = unsafe { xnn_run_operator(op.0, ptr::null_mut()) };
+            assert_eq!(status, SUCCESS, "xnn_run_operator");
+        }))
+    }
+}
+
+#[cfg(not(have_xnnpack))]
+mod xnnpack {
+    use super::{Data, Runner};
+
+    pub fn runner(_: &Data) -> Result<Runner<'_>, String> {
+        Err("skipped (libxnnpack-dev not installed)".into())
+    }
+}
+
+#[cfg(have_openblas)]
+mod openblas {
+    use core::ffi::c_int;
+
+    use super::{Data, Runner};
+
+    const ROW_MAJOR: c_int = 101;
+    const NO_TRANS: c_int = 111;
+
+    unsafe extern "C" {
+        fn openblas_set_num_threads(threads: c_int);
+        #[allow(clippy::too_many_arguments)]
+        fn cblas_sgemm(
+            order: c_int,
+            trans_a: c_int,
+            trans_b: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: f32,
+            a: *const f32,
+            lda: c_int,
+            b: *const f32,
+            ldb: c_int,
+            beta: f32,
+            c: *mut f32,
+            ldc: c_int,
+        );
+        #[allow(clippy::too_many_arguments)]
+        fn cblas_sgemv(
+            order: c_int,
+            trans: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: f32,
+            a: *const f32,
+            lda: c_int,
+            x: *const f32,
+            incx: c_int,
+            beta: f32,
+            y: *mut f32,
+            incy: c_int,
+        );
+    }
+
+    pub fn runner(d: &Data) -> Result<Runner<'_>, String> {
+        let dim =
+            |v: usize| c_int::try_from(v).map_err(|_| "dimension too large for cblas".to_string());
+        let (m, k, n) = (dim(d.m)?, dim(d.k)?, dim(d.n)?);
+        // SAFETY: a plain setter.
+        unsafe { openblas_set_num_threads(1) };
+        if d.m == 1 {
+            // y[N] = W[N][K] · x: row-major, no transpose (dot products of W's rows).
+            return Ok(Box::new(move |out: &mut [f32]| {
+                // SAFETY: W is n × k row-major, x has k floats, out has n.
+                unsafe {
+                    cblas_sgemv(
+                        ROW_MAJOR,
+                        NO_TRANS,
+                        n,
+                        k,
+                        1.0,
+                        d.w.as_ptr(),
+                        k,
+                        d.x.as_ptr(),
+                        1,
+                        0.0,
+                        out.as_mut_ptr(),
+                        1,
+                    )
+                }
+            }));
+        }
+        Ok(Box::new(move |out: &mut [f32]| {
+            // SAFETY: x is m × k, wt is k × n, out is m × n, all row-major.
+            unsafe {
+                cblas_sgemm(
+                    ROW_MAJOR,
+                    NO_TRANS,
+                    NO_TRANS,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    d.x.as_ptr(),
+                    k,
+                    d.wt.as_ptr(),
+                    n,
+                    0.0,
+                    out.as_mut_ptr(),
+                    n,
+                )
+            }
+        }))
+    }
+}
+
+#[cfg(not(have_openblas))]
+mod openblas {
+    use super::{Data, Runner};
+
+    pub fn runner(_: &Data) -> Result<Runner<'_>, String> {
+        Err("skipped (libopenblas-dev not installed)".into())
+    }
+}

@@ -1,0 +1,139 @@
+//! The machine's limits, measured in the same run: the FMA peak of one core and the
+//! streaming read bandwidth for a buffer the size of the weights.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Single-core f32 FMA peak in GFLOPS: a tight loop of independent FMA chains (enough of
+/// them to cover the latency), widest vectors the CPU has. Best of several runs: on a
+/// shared machine a probe can only come out low, never high.
+pub fn fma_peak() -> f64 {
+    (0..5).map(|_| fma_once()).fold(0.0, f64::max)
+}
+
+fn fma_once() -> f64 {
+    let iters = 10_000_000u64;
+    let start = Instant::now();
+    #[cfg(target_arch = "x86_64")]
+    let flops = {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { x86::fma_avx512(iters) }
+        } else if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 + FMA (checked above).
+            unsafe { x86::fma_avx2(iters) }
+        } else {
+            scalar_fma(iters)
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let flops = scalar_fma(iters);
+    flops / start.elapsed().as_secs_f64() / 1e9
+}
+
+fn scalar_fma(iters: u64) -> f64 {
+    let mut acc = [0.0f32; 8];
+    let (a, b) = (black_box(0.999f32), black_box(1e-3f32));
+    for _ in 0..iters / 8 {
+        for v in acc.iter_mut() {
+            *v = v.mul_add(a, b);
+        }
+    }
+    black_box(acc);
+    (iters / 8 * 8 * 2) as f64
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+    use std::hint::black_box;
+
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma_avx512(iters: u64) -> f64 {
+        let a = _mm512_set1_ps(black_box(0.999));
+        let b = _mm512_set1_ps(black_box(1e-3));
+        let mut acc = [_mm512_setzero_ps(); 12];
+        for _ in 0..iters {
+            for v in acc.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, a, b);
+            }
+        }
+        black_box(acc);
+        (iters * 12 * 16 * 2) as f64
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma_avx2(iters: u64) -> f64 {
+        let a = _mm256_set1_ps(black_box(0.999));
+        let b = _mm256_set1_ps(black_box(1e-3));
+        let mut acc = [_mm256_setzero_ps(); 12];
+        for _ in 0..iters {
+            for v in acc.iter_mut() {
+                *v = _mm256_fmadd_ps(*v, a, b);
+            }
+        }
+        black_box(acc);
+        (iters * 12 * 8 * 2) as f64
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn sum_avx512(data: &[f32]) -> f32 {
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let chunks = data.chunks_exact(128);
+        let rest: f32 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for (i, v) in acc.iter_mut().enumerate() {
+                // SAFETY: the chunk has 128 floats.
+                *v = _mm512_add_ps(*v, unsafe { _mm512_loadu_ps(c.as_ptr().add(16 * i)) });
+            }
+        }
+        let mut total = _mm512_setzero_ps();
+        for v in acc {
+            total = _mm512_add_ps(total, v);
+        }
+        _mm512_reduce_add_ps(total) + rest
+    }
+}
+
+fn sum(data: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { x86::sum_avx512(data) };
+    }
+    let mut acc = [0.0f32; 16];
+    for c in data.chunks_exact(16) {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    acc.iter().sum()
+}
+
+/// Streaming read bandwidth (GB/s, median) of a buffer of `bytes` bytes read repeatedly, as
+/// a batch-1 run reads its weights: small buffers measure the cache they fit in, large ones
+/// DRAM.
+pub fn read_bandwidth(bytes: usize) -> f64 {
+    let data = vec![1.0f32; bytes / 4];
+    // Each sample reads at least 4 MiB (several passes over a small buffer).
+    let inner = ((4 << 20) / bytes.max(1)).max(1);
+    let reps = ((256 << 20) / (bytes * inner)).clamp(5, 101);
+    black_box(sum(&data));
+    let mut samples: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..inner {
+                black_box(sum(black_box(&data)));
+            }
+            (bytes * inner) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}

@@ -1,0 +1,22 @@
+//! `cargo xtask bench`: builds and runs the kernels benchmark (`keepalloc-kernels-bench`, a
+//! release binary) in one run: keepalloc-kernels against XNNPACK, OpenBLAS, matrixmultiply
+//! and gemm on the shapes, single-threaded. Options are passed through (`--json
+//! PATH`, `--svg PATH`, `--quick`, `--libs a,b`, `--shapes MxKxN,...`); the benchmark's own
+//! dependencies (plotters, the peers) stay out of xtask.
+
+use crate::util;
+
+/// Runs the benchmark with `args`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut cmd = util::cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        "keepalloc-kernels-bench",
+        "--",
+    ]);
+    cmd.args(args);
+    util::run(&mut cmd)
+}
