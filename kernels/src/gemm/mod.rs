@@ -52,7 +52,7 @@ pub(crate) struct Tile {
 }
 
 /// Largest `MR * KC` of any ISA: the A buffer on the stack.
-const A_BUF: usize = 16 * 256;
+const A_BUF: usize = 16 * 512;
 
 #[repr(C, align(64))]
 struct ABuf([MaybeUninit<f32>; A_BUF]);
@@ -76,7 +76,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
         Isa::Avx512 => Shape {
             mr: 14,
             nr: 32,
-            kc: 256,
+            kc: 512,
             nc: 8,
         },
         Isa::Avx2 => Shape {
