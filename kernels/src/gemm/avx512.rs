@@ -4,9 +4,11 @@
 
 use core::arch::x86_64::*;
 
-use super::Tile;
+use super::{AVX512_A_STRIDE, Tile};
 
 const NR: usize = 32;
+/// Row stride of the A copy (`gemm::run` copies A rows this far apart).
+const LDA: usize = AVX512_A_STRIDE;
 
 /// The mask of the first `n` (0..=16) lanes.
 #[inline(always)]
@@ -46,8 +48,8 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     let m0 = lanes(t.nvalid);
     let m1 = lanes(t.nvalid.saturating_sub(16));
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; packed A
-    // has kc * MR floats; C rows 0..MR have nvalid valid columns, and masked-off lanes are
+    // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; A has MR
+    // rows of kc floats, LDA apart; C rows 0..MR have nvalid valid columns, and masked-off lanes are
     // neither read nor written (AVX-512 masks suppress faults). Column addresses past the
     // tile use wrapping arithmetic since they may lie outside the C slice.
     unsafe {
@@ -70,11 +72,11 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
             let b0 = _mm512_load_ps(b);
             let b1 = _mm512_load_ps(b.add(16));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*a.add(r));
+                let av = _mm512_set1_ps(*a.add(r * LDA));
                 acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
                 acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
             }
-            a = a.add(MR);
+            a = a.add(1);
             b = b.add(NR);
         }
         if t.clamp {

@@ -7,8 +7,10 @@
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block), K in KC steps
 //!   (partial sums stored to C and reloaded, which keeps the k order, and so the result,
 //!   exactly that of one long loop), and M in balanced row tiles of at most MR rows. Each row
-//!   tile of A is copied k-major into a stack buffer (no allocation, safe for many threads
-//!   running one operator at once) and reused across the NC panels.
+//!   tile of A is copied into a stack buffer (no allocation, safe for many threads running
+//!   one operator at once) and reused across the NC panels: AVX-512 copies whole rows
+//!   (a memcpy) to a fixed row stride so that every A element is a constant displacement
+//!   from one pointer (an embedded-broadcast operand); the other ISAs pack k-major.
 //!
 //! Threads split the panels, never K or M, so every output element is computed by the same
 //! instructions in the same order whatever the thread count: results are bit-identical.
@@ -31,7 +33,8 @@ mod scalar;
 pub(crate) struct Tile {
     /// Depth of this call.
     pub kc: usize,
-    /// A, packed k-major: `a[k * mr + r]`.
+    /// A, packed as the ISA's [`Shape::a_stride`] says: k-major `a[k * mr + r]` when it is
+    /// 0, else row-major `a[r * a_stride + k]`.
     pub a: *const f32,
     /// B rows `k0 .. k0 + kc` of one panel, `NR` floats each, aligned.
     pub b: *const f32,
@@ -51,8 +54,24 @@ pub(crate) struct Tile {
     pub max: f32,
 }
 
-/// Largest `MR * KC` of any ISA: the A buffer on the stack.
-const A_BUF: usize = 16 * 512;
+/// Row stride of the AVX-512 A copy: KC plus one cache line, so that the 14 rows of a tile
+/// do not all fall into the same two L1 sets (a stride of 2 KiB would).
+const AVX512_A_STRIDE: usize = 512 + 16;
+
+/// Largest A copy of any ISA (`MR * KC`, or `MR * a_stride`): the buffer on the stack.
+const A_BUF: usize = 14 * AVX512_A_STRIDE;
+const _: () = {
+    let mut i = 0;
+    let isas = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
+    while i < isas.len() {
+        let s = shape(isas[i]);
+        assert!(
+            s.mr * s.kc <= A_BUF && s.mr * s.a_stride <= A_BUF && s.a_stride.is_multiple_of(16)
+        );
+        assert!(s.a_stride == 0 || s.a_stride >= s.kc);
+        i += 1;
+    }
+};
 
 #[repr(C, align(64))]
 struct ABuf([MaybeUninit<f32>; A_BUF]);
@@ -68,6 +87,10 @@ pub(crate) struct Shape {
     pub kc: usize,
     /// Panels per N block.
     pub nc: usize,
+    /// Layout of the A copy a tile reads: 0 is k-major (`a[k * mr + r]`); otherwise rows
+    /// `a_stride` floats apart (`a[r * a_stride + k]`), a compile-time constant of the
+    /// kernel so that each row is a fixed displacement from one pointer.
+    pub a_stride: usize,
 }
 
 /// The tile shape and blocking of `isa`.
@@ -78,24 +101,28 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nr: 32,
             kc: 512,
             nc: 8,
+            a_stride: AVX512_A_STRIDE,
         },
         Isa::Avx2 => Shape {
             mr: 6,
             nr: 16,
             kc: 256,
             nc: 16,
+            a_stride: 0,
         },
         Isa::Neon => Shape {
             mr: 8,
             nr: 8,
             kc: 256,
             nc: 32,
+            a_stride: 0,
         },
         Isa::Scalar => Shape {
             mr: 4,
             nr: 8,
             kc: 256,
             nc: 32,
+            a_stride: 0,
         },
     }
 }
@@ -227,7 +254,14 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
             for (m0, mr) in row_tiles(p.m, s.mr) {
                 // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds; the
                 // stack buffer holds MR * KC >= mr * kc floats.
-                unsafe { pack_a(abuf, p.a.add(m0 * p.lda + k0), p.lda, mr, kc) };
+                unsafe {
+                    let src = p.a.add(m0 * p.lda + k0);
+                    if s.a_stride == 0 {
+                        pack_a(abuf, src, p.lda, mr, kc);
+                    } else {
+                        copy_a(abuf, s.a_stride, src, p.lda, mr, kc);
+                    }
+                }
                 for panel in nc0..nc1 {
                     // SAFETY: as for the GEMV path; the tile covers rows m0..m0+mr.
                     unsafe {
@@ -266,6 +300,21 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
             // SAFETY: k * mr + r < kc * mr.
             unsafe { dst.add(k * mr + r).write(v) };
         }
+    }
+}
+
+/// Copies an `mr × kc` block of A (row stride `lda`) to `dst`, row-major at row stride
+/// `stride` (≥ `kc`).
+///
+/// # Safety
+/// `src` has `mr` rows of `kc` readable floats at stride `lda`; `dst` has
+/// `(mr - 1) * stride + kc` writable floats.
+#[inline]
+unsafe fn copy_a(dst: *mut f32, stride: usize, src: *const f32, lda: usize, mr: usize, kc: usize) {
+    for r in 0..mr {
+        // SAFETY: row r of the source block and of the destination are in bounds (caller),
+        // and the stack buffer never overlaps A.
+        unsafe { core::ptr::copy_nonoverlapping(src.add(r * lda), dst.add(r * stride), kc) };
     }
 }
 
