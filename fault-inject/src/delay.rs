@@ -6,11 +6,14 @@
 //! spinning thread keeps the core the others need. A *blocking* sleep parks the thread, so
 //! the other threads run into the window. Measured with 32 threads on 2 cores: a 1 µs sleep
 //! (about 60–80 µs real) catches the racy control in 99% of runs on an idle machine but only
-//! 95–96% with two runs in parallel; 500 µs catches it in ≥ 99.8% even at load average 5.
-//! Hence [`Delay::HOLD`].
+//! 95–96% with two runs in parallel; 500 µs catches it in ≥ 99.8% at load average 5, and
+//! misses only when no second thread was scheduled at all within the sleep. [`Delay::Gather`]
+//! closes that gap: after its sleep it keeps the window open (bounded) until a second thread
+//! has reached the same point, so the race has two participants whatever the load.
+//! Hence [`Delay::HOLD_RACE`] for the check-then-act window and [`Delay::HOLD`] elsewhere.
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A named place where a delay can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,13 +70,25 @@ pub enum Delay {
     Spin(u32),
     /// `std::thread::sleep` for this many microseconds (blocks: the thread is parked).
     SleepMicros(u32),
+    /// Sleeps this many microseconds, then keeps sleeping in steps of that length until a
+    /// second thread has reached the same point (or [`GATHER_LIMIT`] has passed): holds a
+    /// race window open until the race has two participants. Use it only where several
+    /// threads are expected (a lone thread waits the whole limit).
+    Gather(u32),
 }
 
+/// The longest a [`Delay::Gather`] waits for a second thread.
+pub const GATHER_LIMIT: Duration = Duration::from_millis(20);
+
 impl Delay {
-    /// The delay that holds a race window open: a blocking 500 µs sleep.
+    /// The delay that holds a window open: a blocking 500 µs sleep.
     pub const HOLD: Delay = Delay::SleepMicros(500);
 
-    /// Parses `none`, `yield:N`, `spin:N` or `sleep:Nus`.
+    /// The delay that holds a check-then-act race window open: 500 µs, and until a second
+    /// thread is in the window.
+    pub const HOLD_RACE: Delay = Delay::Gather(500);
+
+    /// Parses `none`, `yield:N`, `spin:N`, `sleep:Nus` or `gather:Nus`.
     pub fn parse(spec: &str) -> Option<Delay> {
         if spec == "none" {
             return Some(Delay::None);
@@ -88,6 +103,12 @@ impl Delay {
                 .parse()
                 .ok()
                 .map(Delay::SleepMicros),
+            "gather" => n
+                .strip_suffix("us")
+                .unwrap_or(n)
+                .parse()
+                .ok()
+                .map(Delay::Gather),
             _ => None,
         }
     }
@@ -98,6 +119,7 @@ impl Delay {
             Delay::Yield(n) => 1 << 32 | n as u64,
             Delay::Spin(n) => 2 << 32 | n as u64,
             Delay::SleepMicros(n) => 3 << 32 | n as u64,
+            Delay::Gather(n) => 4 << 32 | n as u64,
         }
     }
 
@@ -107,6 +129,7 @@ impl Delay {
             1 => Delay::Yield(n),
             2 => Delay::Spin(n),
             3 => Delay::SleepMicros(n),
+            4 => Delay::Gather(n),
             _ => Delay::None,
         }
     }
@@ -119,11 +142,13 @@ impl core::fmt::Display for Delay {
             Delay::Yield(n) => write!(f, "yield:{n}"),
             Delay::Spin(n) => write!(f, "spin:{n}"),
             Delay::SleepMicros(n) => write!(f, "sleep:{n}us"),
+            Delay::Gather(n) => write!(f, "gather:{n}us"),
         }
     }
 }
 
 static DELAYS: [AtomicU64; Point::ALL.len()] = [const { AtomicU64::new(0) }; Point::ALL.len()];
+static ARRIVALS: [AtomicU64; Point::ALL.len()] = [const { AtomicU64::new(0) }; Point::ALL.len()];
 
 /// Sets what happens at `point` from now on (process-wide).
 pub fn set_delay(point: Point, delay: Delay) {
@@ -150,6 +175,17 @@ pub fn delay(point: Point) {
         Delay::Yield(n) => (0..n).for_each(|_| std::thread::yield_now()),
         Delay::Spin(n) => (0..n).for_each(|_| core::hint::spin_loop()),
         Delay::SleepMicros(n) => std::thread::sleep(Duration::from_micros(n.into())),
+        Delay::Gather(n) => {
+            let arrivals = &ARRIVALS[point.index()];
+            let first = arrivals.fetch_add(1, Relaxed) == 0;
+            let step = Duration::from_micros(n.max(1).into());
+            let start = Instant::now();
+            std::thread::sleep(step);
+            // Only the first thread in can be alone in the window; it waits for company.
+            while first && arrivals.load(Relaxed) < 2 && start.elapsed() < GATHER_LIMIT {
+                std::thread::sleep(step);
+            }
+        }
     }
 }
 
@@ -164,12 +200,14 @@ mod tests {
             Delay::Yield(3),
             Delay::Spin(1000),
             Delay::SleepMicros(1),
+            Delay::Gather(500),
         ] {
             assert_eq!(Delay::parse(&d.to_string()), Some(d));
             assert_eq!(Delay::decode(d.encode()), d);
         }
         assert_eq!(Delay::parse("sleep:5"), Some(Delay::SleepMicros(5)));
         assert_eq!(Delay::parse("nap:5"), None);
+        assert_eq!(Delay::parse("gather:7us"), Some(Delay::Gather(7)));
         for p in Point::ALL {
             assert_eq!(Point::parse(p.name()), Some(p));
         }

@@ -34,8 +34,9 @@ options:
                       retry-under-race, panic-in-init, out-of-memory
   --variant NAME      only this variant (repeatable): keepalloc, racy, naive-retry
   --window MODE       held | bare | both (default both; keepalloc always runs held)
-  --hold DELAY        the delay that holds a window (default sleep:500us; yield:N, spin:N;
-                      sleep:1us is enough on an idle machine with --jobs 1)
+  --hold DELAY        the delay that holds the windows: `default` (gather:500us in the
+                      check-to-store window, sleep:500us after capture), or one delay for
+                      both: sleep:Nus, gather:Nus, yield:N, spin:N
   --jobs N            runs in parallel (default: available cores)
   --timeout SECS      a run that takes longer is killed and counted as a hang (default 60)
   --json PATH         also write the results as JSON
@@ -122,7 +123,7 @@ impl Options {
             scenarios: Vec::new(),
             variants: Vec::new(),
             window: Window::Both,
-            hold: "sleep:500us".to_string(),
+            hold: "default".to_string(),
             jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
             timeout: Duration::from_secs(60),
             json: None,
@@ -511,7 +512,11 @@ fn run_once(
         .args(["--seed", &seed.to_string()])
         .args(["--threads", &o.threads.to_string()]);
     if window_held {
-        cmd.arg(format!("--hold-window={}", o.hold));
+        if o.hold == "default" {
+            cmd.arg("--hold-window");
+        } else {
+            cmd.arg(format!("--hold-window={}", o.hold));
+        }
     }
     cmd.envs(o.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd.stdin(Stdio::null())

@@ -23,18 +23,14 @@ usage: keepalloc-harness --scenario NAME --variant VARIANT [options]
   --variant VARIANT       keepalloc | racy | naive-retry (controls need feature `controls`)
   --seed N                seed of the failure plans (default 0)
   --threads N             threads of the racing scenarios (default 32)
-  --hold-window[=DELAY]   hold the race windows open (check-to-store, after-capture;
-                          default DELAY sleep:500us)
+  --hold-window[=DELAY]   hold the race windows open: check-to-store (default
+                          gather:500us) and after-capture (default sleep:500us); not
+                          before-capture, which would let every racy writer finish before
+                          the library copies the table and so hide the race
   --delay POINT=DELAY     one point: check-to-store | before-capture | after-capture |
-                          after-gate; DELAY: none | yield:N | spin:N | sleep:Nus
+                          after-gate; DELAY: none | yield:N | spin:N | sleep:Nus |
+                          gather:Nus
 ";
-
-/// The points `--hold-window` holds: the racy check-then-act window, and the window after
-/// the library captured the table (which keeps an attempt, and the lock or condvar of a
-/// correct once, held while the other threads pile up). Not `before-capture`: delaying the
-/// copy lets every racy writer finish first, so the library copies the survivor and the
-/// race hides.
-const HOLD_POINTS: [Point; 2] = [Point::CheckToStore, Point::AfterCapture];
 
 fn usage(message: &str) -> ! {
     eprintln!("keepalloc-harness: {message}\n{USAGE}");
@@ -84,16 +80,19 @@ fn main() {
                     .unwrap_or_else(|| usage("--threads takes a positive integer"))
             }
             "--hold-window" => {
-                let d = match inline {
+                // Bare: the race window gathers, the capture window sleeps. With a value:
+                // that one delay at every hold point (to measure other delays).
+                let (race, capture) = match inline {
                     Some(spec) => {
-                        Delay::parse(&spec).unwrap_or_else(|| usage(&format!("bad delay `{spec}`")))
+                        let d = Delay::parse(&spec)
+                            .unwrap_or_else(|| usage(&format!("bad delay `{spec}`")));
+                        (d, d)
                     }
-                    None => Delay::HOLD,
+                    None => (Delay::HOLD_RACE, Delay::HOLD),
                 };
-                window_held = d != Delay::None;
-                for p in HOLD_POINTS {
-                    delay::set_delay(p, d);
-                }
+                window_held = race != Delay::None || capture != Delay::None;
+                delay::set_delay(Point::CheckToStore, race);
+                delay::set_delay(Point::AfterCapture, capture);
             }
             "--delay" => {
                 let spec = value("--delay");
