@@ -30,8 +30,10 @@ pub(crate) unsafe trait RawBackend {
 
 /// A dangling, well-aligned pointer for a zero-sized block (never dereferenced, never freed).
 pub(crate) fn dangling(layout: Layout) -> NonNull<[u8]> {
-    // `align` is a non-zero power of two, so it is a valid, non-null address.
-    let ptr = NonNull::new(layout.align() as *mut u8).unwrap_or(NonNull::dangling());
+    // `align` is a non-zero power of two: a non-null, well-aligned address with no provenance
+    // (never dereferenced; zero-sized accesses need none).
+    let ptr = NonNull::new(core::ptr::without_provenance_mut(layout.align()))
+        .unwrap_or(NonNull::dangling());
     NonNull::slice_from_raw_parts(ptr, 0)
 }
 

@@ -496,9 +496,29 @@ pub fn campaign(harness: &Path, o: &Options) -> Result<(), String> {
     }
 }
 
+/// A `\r` progress bar on a terminal; in a log (CI), one line per tenth of the runs.
 fn progress_bar(done: &AtomicUsize, total: usize, finished: &AtomicBool, started: Instant) {
     const WIDTH: usize = 30;
     let mut err = std::io::stderr();
+    if !std::io::IsTerminal::is_terminal(&err) {
+        let mut next_tenth = 1;
+        loop {
+            let n = done.load(Ordering::Relaxed);
+            let end = finished.load(Ordering::Relaxed);
+            if end || n * 10 >= next_tenth * total.max(1) {
+                let _ = writeln!(
+                    err,
+                    "fault-test: {n}/{total} runs  {:.1}s",
+                    started.elapsed().as_secs_f64()
+                );
+                next_tenth = n * 10 / total.max(1) + 1;
+            }
+            if end {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     loop {
         let n = done.load(Ordering::Relaxed);
         let filled = n * WIDTH / total.max(1);
