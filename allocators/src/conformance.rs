@@ -404,7 +404,10 @@ pub fn check_table(table: &AllocatorTable, options: Options) {
         fill(p, 10, 99);
         let mut len = 10;
         let steps = [100usize, 5000, 70000, 33, 1 << 20, 7, 0, 1];
-        for size in steps.into_iter().filter(|&s| s <= options.max_size.max(100)) {
+        for size in steps
+            .into_iter()
+            .filter(|&s| s <= options.max_size.max(100))
+        {
             let q = reallocate(ctx, p.cast(), size).cast::<u8>();
             assert!(!q.is_null(), "reallocate to {size} failed");
             assert_eq!(q as usize % TABLE_MIN_ALIGN, 0);

@@ -25,13 +25,10 @@ fn full_suite<A: Allocator + Sync + 'static>(a: &'static A) {
     conformance::check_table(&table, OPTS);
     collections(a);
     // SAFETY: `table` was built by `for_allocator`.
-    collections(&unsafe { TableAllocator::new(&table) });
+    collections(unsafe { TableAllocator::new(&table) });
 }
 
-fn collections<A: Allocator>(a: A)
-where
-    A: Copy,
-{
+fn collections<A: Allocator + Copy>(a: A) {
     let mut v: AVec<u64, A> = AVec::new_in(a);
     let n = if cfg!(miri) { 500 } else { 10_000u64 };
     for i in 0..n {

@@ -28,11 +28,7 @@ fn fast_path(c: &mut Criterion) {
         b.iter(|| black_box(black_box(&KEEP_CELL).get()))
     });
     g.bench_function("KeepCell::get_or_try_init", |b| {
-        b.iter(|| {
-            black_box(
-                black_box(&KEEP_CELL).get_or_try_init(|| Ok::<_, ()>(0), |_| Err(())),
-            )
-        })
+        b.iter(|| black_box(black_box(&KEEP_CELL).get_or_try_init(|| Ok::<_, ()>(0), |_| Err(()))))
     });
     g.bench_function("Provider::preferred_allocator", |b| {
         b.iter(|| black_box(black_box(provider).preferred_allocator()))

@@ -20,7 +20,9 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 
-use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, UnsafeCell};
+use crate::sync::{
+    AtomicBool, AtomicU8, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, UnsafeCell,
+};
 
 const INCOMPLETE: u8 = 0;
 const RUNNING: u8 = 1;
@@ -294,7 +296,8 @@ impl<T> Drop for KeepCell<T> {
     fn drop(&mut self) {
         if self.has_owner.load(Ordering::Acquire) {
             // SAFETY: the owner was written and `&mut self` proves nobody borrows it.
-            self.owner.with_mut(|slot| unsafe { (*slot).assume_init_drop() });
+            self.owner
+                .with_mut(|slot| unsafe { (*slot).assume_init_drop() });
         }
     }
 }

@@ -151,7 +151,7 @@ pub struct ProviderStats {
 
 impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
     /// A provider that will build its owner with `make_backend` and publish it to `init`.
-        pub const fn new(make_backend: fn() -> Result<B, AllocError>, init: Option<InitHook>) -> Self {
+    pub const fn new(make_backend: fn() -> Result<B, AllocError>, init: Option<InitHook>) -> Self {
         GlobalProvider {
             cell: KeepCell::new(),
             make_backend,

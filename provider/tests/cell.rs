@@ -45,16 +45,33 @@ fn failed_publication_keeps_the_owner_and_retries_with_it() {
             },
         );
         assert_eq!(r.is_ok(), attempt == 3, "{:?}", r.as_ref().err());
-        assert_eq!(drops.load(SeqCst), 0, "an owner was dropped by a failed attempt");
+        assert_eq!(
+            drops.load(SeqCst),
+            0,
+            "an owner was dropped by a failed attempt"
+        );
     }
     assert_eq!(seen.len(), 4);
-    assert!(seen.windows(2).all(|w| w[0] == w[1]), "owner moved: {seen:x?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "owner moved: {seen:x?}"
+    );
     let s = cell.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 4, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 4, 1)
+    );
     assert_eq!(cell.get().map(|o| o.value), Some(42));
-    assert_eq!(cell.owner().map(|o| o as *const Owner as usize), Some(seen[0]));
+    assert_eq!(
+        cell.owner().map(|o| o as *const Owner as usize),
+        Some(seen[0])
+    );
     drop(cell);
-    assert_eq!(drops.load(SeqCst), 1, "the owner is dropped with the cell, once");
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "the owner is dropped with the cell, once"
+    );
 }
 
 /// A failing `make_owner` builds nothing; the next attempt builds the one owner.
@@ -63,7 +80,10 @@ fn failed_owner_construction_is_retried() {
     let cell: KeepCell<u32> = KeepCell::new();
     assert_eq!(cell.get_or_try_init(|| Err("oom"), |_| Ok(())), Err("oom"));
     assert!(cell.owner().is_none());
-    assert_eq!(cell.get_or_try_init(|| Ok(5), |_| Ok::<_, &str>(())), Ok(&5));
+    assert_eq!(
+        cell.get_or_try_init(|| Ok(5), |_| Ok::<_, &str>(())),
+        Ok(&5)
+    );
     assert_eq!(cell.stats().owners_constructed, 1);
 }
 
@@ -151,7 +171,10 @@ fn waiters_block_during_an_attempt_and_retry_one_at_a_time() {
     }
     assert_eq!(max_running.load(SeqCst), 1, "two attempts ran at once");
     let s = cell.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 6, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 6, 1)
+    );
 }
 
 /// Guarantee 3 for panics: a panic in `publish` propagates to the caller that ran it, leaves
@@ -177,15 +200,24 @@ fn panicking_publication_propagates_and_leaves_the_cell_retryable() {
         .map(|_| ())
     }));
     let payload = r.expect_err("the panic must reach the caller");
-    assert_eq!(payload.downcast_ref::<&str>(), Some(&"library init exploded"));
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"library init exploded")
+    );
     assert!(!cell.is_published());
     assert_eq!(drops.load(SeqCst), 0);
     let owner = cell
-        .get_or_try_init(|| unreachable!("the owner exists already"), |_| Ok::<_, ()>(()))
+        .get_or_try_init(
+            || unreachable!("the owner exists already"),
+            |_| Ok::<_, ()>(()),
+        )
         .unwrap();
     assert_eq!(Some(owner as *const Owner as usize), *first.lock().unwrap());
     let s = cell.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 2, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 2, 1)
+    );
 }
 
 /// A panic while constructing the owner: nothing constructed, retryable.
@@ -209,8 +241,10 @@ fn after_success_nothing_runs_again() {
     cell.get_or_try_init(|| Ok::<_, ()>(9), |_| Ok(())).unwrap();
     for _ in 0..1000 {
         let v = cell
-            .get_or_try_init(|| panic!("constructed twice"), |_| panic!("published twice"))
-            .map_err(|()| ())
+            .get_or_try_init(
+                || -> Result<u8, ()> { panic!("constructed twice") },
+                |_| panic!("published twice"),
+            )
             .unwrap();
         assert_eq!(*v, 9);
     }

@@ -8,8 +8,8 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use loom::sync::Mutex;
+use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use loom::thread;
 
 use keepalloc_provider::KeepCell;
@@ -44,9 +44,20 @@ fn check(cell: &KeepCell<Owner>, lib: &Library, drops: &AtomicUsize, results: &[
     assert_eq!(s.owners_constructed, 1, "owners constructed: {s:?}");
     assert_eq!(s.init_successes, 1, "publications: {s:?}");
     let owner = cell.get().expect("published") as *const Owner as usize;
-    assert!(results.iter().all(|&r| r == owner), "callers saw different owners");
-    assert_eq!(lib.captured.load(SeqCst), owner, "the library captured another owner");
-    assert_eq!(drops.load(SeqCst), 0, "an owner was dropped while the library holds it");
+    assert!(
+        results.iter().all(|&r| r == owner),
+        "callers saw different owners"
+    );
+    assert_eq!(
+        lib.captured.load(SeqCst),
+        owner,
+        "the library captured another owner"
+    );
+    assert_eq!(
+        drops.load(SeqCst),
+        0,
+        "an owner was dropped while the library holds it"
+    );
 }
 
 /// `n` threads race the first acquire; every attempt succeeds. `bound` limits preemptions
@@ -103,12 +114,20 @@ fn failure_after_capture_then_retry() {
         let failures_left = Arc::new(AtomicUsize::new(1));
         let threads: Vec<_> = (0..2)
             .map(|_| {
-                let (cell, lib, drops, failures_left) =
-                    (cell.clone(), lib.clone(), drops.clone(), failures_left.clone());
+                let (cell, lib, drops, failures_left) = (
+                    cell.clone(),
+                    lib.clone(),
+                    drops.clone(),
+                    failures_left.clone(),
+                );
                 thread::spawn(move || {
                     loop {
                         let r = cell.get_or_try_init(
-                            || Ok(Owner { drops: drops.clone() }),
+                            || {
+                                Ok(Owner {
+                                    drops: drops.clone(),
+                                })
+                            },
                             |o| {
                                 lib.capture(o);
                                 if failures_left
@@ -146,13 +165,21 @@ fn panicking_attempt_then_retry() {
         let panics_left = Arc::new(AtomicUsize::new(1));
         let threads: Vec<_> = (0..2)
             .map(|_| {
-                let (cell, lib, drops, panics_left) =
-                    (cell.clone(), lib.clone(), drops.clone(), panics_left.clone());
+                let (cell, lib, drops, panics_left) = (
+                    cell.clone(),
+                    lib.clone(),
+                    drops.clone(),
+                    panics_left.clone(),
+                );
                 thread::spawn(move || {
                     loop {
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             cell.get_or_try_init(
-                                || Ok::<_, ()>(Owner { drops: drops.clone() }),
+                                || {
+                                    Ok::<_, ()>(Owner {
+                                        drops: drops.clone(),
+                                    })
+                                },
                                 |o| {
                                     lib.capture(o);
                                     if panics_left
@@ -213,12 +240,18 @@ fn naive_retry_model_fails() {
             let failures_left = Arc::new(AtomicUsize::new(1));
             let threads: Vec<_> = (0..2)
                 .map(|_| {
-                    let (cell, lib, drops, failures_left) =
-                        (cell.clone(), lib.clone(), drops.clone(), failures_left.clone());
+                    let (cell, lib, drops, failures_left) = (
+                        cell.clone(),
+                        lib.clone(),
+                        drops.clone(),
+                        failures_left.clone(),
+                    );
                     thread::spawn(move || {
                         loop {
                             let r = cell.get_or_try_init(
-                                || Owner { drops: drops.clone() },
+                                || Owner {
+                                    drops: drops.clone(),
+                                },
                                 |o| {
                                     lib.capture(o);
                                     if failures_left
@@ -242,8 +275,16 @@ fn naive_retry_model_fails() {
             let results: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             let owner = results[0];
             assert!(results.iter().all(|&r| r == owner));
-            assert_eq!(drops.load(SeqCst), 0, "naive retry dropped the captured owner");
-            assert_eq!(lib.captured.load(SeqCst), owner, "library holds a dead owner");
+            assert_eq!(
+                drops.load(SeqCst),
+                0,
+                "naive retry dropped the captured owner"
+            );
+            assert_eq!(
+                lib.captured.load(SeqCst),
+                owner,
+                "library holds a dead owner"
+            );
         });
     });
     assert!(
@@ -289,7 +330,10 @@ fn racy_check_then_act_model_fails() {
             // SAFETY: `last` is the live, stored owner.
             drop(unsafe { Box::from_raw(last) });
             assert_eq!(dropped, 0, "racy provider dropped an owner");
-            assert!(results.iter().all(|&r| r == last as usize), "callers saw two owners");
+            assert!(
+                results.iter().all(|&r| r == last as usize),
+                "callers saw two owners"
+            );
         });
     });
     assert!(outcome.is_err(), "the racy model must fail under loom");

@@ -66,12 +66,21 @@ fn sessions_created_together_share_one_owner() {
         .collect();
     let handles: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     assert!(handles.iter().all(|h| *h == handles[0]));
-    assert!(handles.iter().all(|h| std::ptr::eq(h.table(), handles[0].table())));
+    assert!(
+        handles
+            .iter()
+            .all(|h| std::ptr::eq(h.table(), handles[0].table()))
+    );
     let s = GLOBAL.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 1, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 1, 1)
+    );
     assert_eq!(LIB.inits.load(SeqCst), 1);
     drop(handles);
-    let later = Provider::with_global(&GLOBAL).preferred_allocator().unwrap();
+    let later = Provider::with_global(&GLOBAL)
+        .preferred_allocator()
+        .unwrap();
     LIB.use_captured(later.table());
     assert_eq!(later.context(), later.table().context);
     assert_eq!(later.stats().live_bytes, 0);
@@ -105,7 +114,10 @@ fn init_failing_after_capture_is_retried_with_the_same_owner() {
     let h = session.preferred_allocator().unwrap();
     assert!(std::ptr::eq(h.owner(), first_owner));
     let s = GLOBAL.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 4, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 4, 1)
+    );
     LIB.use_captured(h.table());
 }
 
@@ -144,7 +156,10 @@ fn owner_construction_failure_is_out_of_memory_and_retryable() {
     }
     GLOBAL.acquire().unwrap();
     let s = GLOBAL.stats();
-    assert_eq!((s.owners_constructed, s.init_attempts, s.init_successes), (1, 3, 1));
+    assert_eq!(
+        (s.owners_constructed, s.init_attempts, s.init_successes),
+        (1, 3, 1)
+    );
 }
 
 #[test]

@@ -6,10 +6,7 @@ use std::process::Command;
 /// The workspace root (the parent of this crate's directory).
 pub fn root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or(manifest)
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
 /// A `cargo` command from the toolchain that built xtask, run at the workspace root.
