@@ -1,12 +1,15 @@
 //! AVX-512F microkernels: up to 14×32 tiles (28 zmm accumulators, two B registers, the A
-//! values as embedded broadcasts), masked stores for the N edge, and a 32-wide GEMV with
-//! eight independent accumulator chains.
+//! values as broadcasts from the A copy), masked stores for the N edge, the next tile's
+//! weights prefetched into L2 as the current ones are read, and a 32-wide GEMV with eight
+//! independent accumulator chains.
 
 use core::arch::x86_64::*;
 
 use super::{AVX512_A_STRIDE, Tile};
 
 const NR: usize = 32;
+/// Where the next tile's weights are prefetched to (L2).
+const HINT: i32 = _MM_HINT_T1;
 /// Row stride of the A copy (`gemm::run` copies A rows this far apart).
 const LDA: usize = AVX512_A_STRIDE;
 
@@ -71,6 +74,10 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
         for _ in 0..t.kc {
             let b0 = _mm512_load_ps(b);
             let b1 = _mm512_load_ps(b.add(16));
+            // The next tile's weights, one panel ahead, into L2 (prefetches never fault).
+            let pf = b.wrapping_offset(t.pf_off);
+            _mm_prefetch::<HINT>(pf.cast());
+            _mm_prefetch::<HINT>(pf.wrapping_add(16).cast());
             for (r, acc) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*a.add(r * LDA));
                 acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);

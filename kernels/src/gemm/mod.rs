@@ -53,6 +53,9 @@ pub(crate) struct Tile {
     pub min: f32,
     /// Clamp bounds.
     pub max: f32,
+    /// Where the next tile's weights are, in floats from `b` (a kernel may prefetch
+    /// `b + pf_off ..` as it reads `b ..`; 0 when there is nothing to prefetch).
+    pub pf_off: isize,
 }
 
 /// Row stride of the AVX-512 A copy: KC plus one cache line, so that the 14 rows of a tile
@@ -226,6 +229,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
         clamp: true,
         min: p.min,
         max: p.max,
+        pf_off: 0,
     };
     if p.m == 1 {
         for panel in panels {
@@ -271,7 +275,11 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     // SAFETY: as for the GEMV path; the tile covers rows m0..m0+mr.
                     unsafe {
                         let base = p.packed.add(panel * panel_len);
+                        // The next call reads the next panel (or, after the last, the
+                        // first panel again for the next row tile) at the same K offset.
+                        let next = if panel + 1 < nc1 { panel + 1 } else { nc0 };
                         let t = Tile {
+                            pf_off: (next as isize - panel as isize) * panel_len as isize,
                             kc,
                             a: abuf,
                             b: base.add(s.nr + k0 * s.nr),
