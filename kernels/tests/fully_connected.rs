@@ -56,6 +56,28 @@ fn large_blocked_shape_matches_the_reference() {
 }
 
 #[test]
+fn weights_past_the_l3_budget_take_the_n_blocked_path() {
+    // 63 panels of 32 × 1101 floats: 8.9 MB packed, above the 8 MiB up to which AVX-512
+    // runs all panels per row tile, so this takes the L2-sized N blocks (with K blocks and
+    // an N edge), on one thread and on two.
+    let mut rng = Rng::new(5);
+    let (m, k, n) = (30, 1100, 2000);
+    let case = Case::random(&mut rng, m, k, n);
+    for isa in Isa::available() {
+        let one = case.run_and_check(&TABLE, isa, &format!("{isa} past L3 budget"));
+        let op = FullyConnected::create_with_table(&TABLE, &case.desc().with_isa(isa)).unwrap();
+        let mut out = case.output();
+        op.run_with_threads(m, &case.input, &mut out, 2).unwrap();
+        assert!(
+            one.iter()
+                .zip(&out)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{isa}: 2 threads differ from one"
+        );
+    }
+}
+
+#[test]
 fn isas_agree_within_rounding_and_threads_are_bit_identical() {
     let mut rng = Rng::new(4);
     for (m, k, n) in [(1, 300, 333), (37, 300, 333), (100, 64, 1000)] {

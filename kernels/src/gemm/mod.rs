@@ -5,7 +5,7 @@
 //! * M = 1 goes to the ISA's GEMV kernel: each weight is read once, with several
 //!   independent accumulator chains per panel so that the FMA latency never limits it.
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
-//!   for AVX-512), K in KC steps (partial sums stored to C and reloaded, which keeps the k
+//!   for AVX-512 when the weights fit well in L3), K in KC steps (partial sums stored to C and reloaded, which keeps the k
 //!   order, and so the result, exactly that of one long loop), and M in balanced row tiles
 //!   of at most MR rows. Each row
 //!   tile of A is copied into a stack buffer (no allocation, safe for many threads running
@@ -91,6 +91,8 @@ pub(crate) struct Shape {
     pub kc: usize,
     /// Panels per N block.
     pub nc: usize,
+    /// Packed weights (bytes) below which one N block holds all panels.
+    pub stream_below: usize,
     /// Layout of the A copy a tile reads: 0 is k-major (`a[k * mr + r]`); otherwise rows
     /// `a_stride` floats apart (`a[r * a_stride + k]`), a compile-time constant of the
     /// kernel so that each row is a fixed displacement from one pointer.
@@ -104,11 +106,14 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             mr: 14,
             nr: 32,
             kc: 512,
-            // All panels: each A tile is copied once per K block and reused across the
-            // whole N range while the weights stream through from L2/L3 (the hardware
-            // prefetchers keep up: 128 B per 28 FMAs). Measured better than an L2-sized
-            // N block (8 panels), which copied every A tile N / 256 times.
-            nc: usize::MAX,
+            nc: 8,
+            // Up to 8 MiB of packed weights (well inside L3), all panels run per A tile:
+            // each A tile is copied once per K block and reused across the whole N range
+            // while the weights stream from L2/L3 (128 B per 28 FMAs, with the next panel
+            // prefetched). Measured better than the L2-sized N block, which copies every A
+            // tile N / 256 times; above that the weights would come from DRAM once per
+            // row tile, and the N block (read from DRAM once) wins.
+            stream_below: 8 << 20,
             a_stride: AVX512_A_STRIDE,
         },
         Isa::Avx2 => Shape {
@@ -116,6 +121,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nr: 16,
             kc: 256,
             nc: 16,
+            stream_below: 0,
             a_stride: 0,
         },
         Isa::Neon => Shape {
@@ -123,6 +129,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nr: 8,
             kc: 256,
             nc: 32,
+            stream_below: 0,
             a_stride: 0,
         },
         Isa::Scalar => Shape {
@@ -130,6 +137,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nr: 8,
             kc: 256,
             nc: 32,
+            stream_below: 0,
             a_stride: 0,
         },
     }
@@ -254,9 +262,14 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     }
     let mut abuf = ABuf([MaybeUninit::uninit(); A_BUF]);
     let abuf = abuf.0.as_mut_ptr().cast::<f32>();
+    let nc = if panel_len * p.n.div_ceil(s.nr) * size_of::<f32>() < s.stream_below {
+        usize::MAX
+    } else {
+        s.nc
+    };
     let mut nc0 = panels.start;
     while nc0 < panels.end {
-        let nc1 = nc0.saturating_add(s.nc).min(panels.end);
+        let nc1 = nc0.saturating_add(nc).min(panels.end);
         let mut k0 = 0;
         while k0 < p.k {
             let kc = s.kc.min(p.k - k0);
