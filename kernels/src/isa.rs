@@ -19,7 +19,7 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA (6x16 tiles).
     Avx2,
-    /// x86-64 AVX-512F (up to 14x32 tiles, masked edges).
+    /// x86-64 AVX-512F (up to 8x32 tiles, masked edges).
     Avx512,
     /// aarch64 NEON (8x8 tiles).
     Neon,

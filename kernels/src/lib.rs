@@ -14,7 +14,7 @@
 //! [`FullyConnectedDesc`] (XNNPACK's `xnn_create_fully_connected_nc_f32` arguments), run on
 //! `&self` from any number of threads, and freed through the table on drop.
 //!
-//! Kernels: AVX-512F (14×32 tiles) and AVX2+FMA (6×16) on x86-64, NEON (8×8) on aarch64,
+//! Kernels: AVX-512F (8×32 tiles) and AVX2+FMA (6×16) on x86-64, NEON (8×8) on aarch64,
 //! and a portable fallback, chosen once at run time ([`selected_isa`]); the environment
 //! variable `KEEPALLOC_KERNELS_ISA` ([`ISA_ENV`]) forces a lower one. Batch 1 runs a GEMV
 //! kernel of its own with eight independent accumulator chains.

@@ -58,12 +58,12 @@ pub(crate) struct Tile {
     pub pf_off: isize,
 }
 
-/// Row stride of the AVX-512 A copy: KC plus one cache line, so that the 14 rows of a tile
-/// do not all fall into the same two L1 sets (a stride of 2 KiB would).
+/// Row stride of the AVX-512 A copy: KC plus one cache line, so that the rows of a tile do
+/// not all fall into the same two L1 sets (a stride of 2 KiB would).
 const AVX512_A_STRIDE: usize = 512 + 16;
 
 /// Largest A copy of any ISA (`MR * KC`, or `MR * a_stride`): the buffer on the stack.
-const A_BUF: usize = 14 * AVX512_A_STRIDE;
+const A_BUF: usize = 8 * AVX512_A_STRIDE;
 const _: () = {
     let mut i = 0;
     let isas = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
@@ -103,13 +103,13 @@ pub(crate) struct Shape {
 pub(crate) const fn shape(isa: Isa) -> Shape {
     match isa {
         Isa::Avx512 => Shape {
-            mr: 14,
+            mr: 8,
             nr: 32,
             kc: 512,
             nc: 8,
             // Up to 8 MiB of packed weights (well inside L3), all panels run per A tile:
             // each A tile is copied once per K block and reused across the whole N range
-            // while the weights stream from L2/L3 (128 B per 28 FMAs, with the next panel
+            // while the weights stream from L2/L3 (128 B per 16 FMAs, with the next panel
             // prefetched). Measured better than the L2-sized N block, which copies every A
             // tile N / 256 times; above that the weights would come from DRAM once per
             // row tile, and the N block (read from DRAM once) wins.
