@@ -33,7 +33,7 @@ fn random_shapes_match_the_reference_on_every_isa() {
 fn tile_and_block_edges_match_the_reference() {
     let mut rng = Rng::new(2);
     let ms = [1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 16, 17, 28, 29, 33];
-    let ks = [1, 3, 4, 5, 17, 255, 256, 257, 513];
+    let ks = [1, 3, 4, 5, 17, 255, 256, 257, 513, 1025];
     let ns = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 257, 520];
     for isa in Isa::available() {
         for (i, &m) in ms.iter().enumerate() {

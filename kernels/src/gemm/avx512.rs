@@ -3,9 +3,9 @@
 //! weights prefetched into L2 as the current ones are read, and a 32-wide GEMV with eight
 //! independent accumulator chains.
 //!
-//! Eight rows, not the 14 that the register file allows: on Zen 4 an 8-row A tile (16 KiB
-//! at KC = 512) stays in L1 while the weights stream past it, and measured 1-2% faster
-//! than 14 rows on every M >= 16 shape of the benchmark.
+//! Eight rows, not the 14 that the register file allows: on Zen 4, 8-row tiles (half the
+//! A tile to keep near the core while the weights stream past) measured 1-2% faster than
+//! 14 rows on every M >= 16 shape of the benchmark.
 
 use core::arch::x86_64::*;
 
