@@ -65,12 +65,14 @@ const COMPLETE: u8 = 2;
 /// assert_eq!(CELL.stats().owners_constructed, 1);
 /// assert_eq!(CELL.stats().init_attempts, 3);
 /// ```
+// `repr(C)` with the owner first: the fast path's `&owner` is then the cell's own address.
+#[repr(C)]
 pub struct KeepCell<T> {
+    owner: UnsafeCell<MaybeUninit<T>>,
     state: AtomicU8,
     lock: Mutex<()>,
     wake: Condvar,
     has_owner: AtomicBool,
-    owner: UnsafeCell<MaybeUninit<T>>,
     owners_constructed: AtomicU64,
     init_attempts: AtomicU64,
     init_successes: AtomicU64,

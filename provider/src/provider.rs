@@ -51,6 +51,8 @@ pub enum ProviderError {
     #[error("could not construct the allocator owner: out of memory")]
     OutOfMemory,
     /// The consuming library's init hook failed; the owner is kept for the next attempt.
+    /// (Boxed so that `Result<AllocatorHandle, ProviderError>` is two words and the fast
+    /// path returns in registers.)
     #[error("the library's initialization failed (the owner is kept; retry): {0}")]
     InitFailed(#[source] InitError),
 }
@@ -165,6 +167,9 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
     /// After the first success this is one `Acquire` load.
     #[inline]
     pub fn acquire(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
+        if let Some(owner) = self.cell.get() {
+            return Ok(AllocatorHandle { owner });
+        }
         match self.init {
             Some(init) => self.acquire_with(init),
             None => self.acquire_with(|_| Ok(())),
