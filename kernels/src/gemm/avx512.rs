@@ -1,21 +1,20 @@
 //! AVX-512F microkernels: up to 8×32 tiles (16 zmm accumulators, two B registers, the A
-//! values as broadcasts from the A copy), masked stores for the N edge, the next tile's
-//! weights prefetched into L2 as the current ones are read, and a 32-wide GEMV with eight
-//! independent accumulator chains.
+//! values broadcast straight from the caller's rows, nothing copied), masked stores for
+//! the N edge, the next tile's weights prefetched into L2 as the current ones are read,
+//! and a 32-wide GEMV with eight independent accumulator chains.
 //!
-//! Eight rows, not the 14 that the register file allows: on Zen 4, 8-row tiles (half the
-//! A tile to keep near the core while the weights stream past) measured 1-2% faster than
-//! 14 rows on every M >= 16 shape of the benchmark.
+//! Eight rows, not the 14 that the register file allows: on Zen 4, 8-row tiles measured
+//! 1-2% faster than 14 rows on every M >= 16 shape of the benchmark, and eight row
+//! pointers leave general registers to spare, so A needs no copy to a fixed stride (reading
+//! it in place measured 1-4% faster than copying it).
 
 use core::arch::x86_64::*;
 
-use super::{AVX512_A_STRIDE, Tile};
+use super::Tile;
 
 const NR: usize = 32;
 /// Where the next tile's weights are prefetched to (L2).
 const HINT: i32 = _MM_HINT_T1;
-/// Row stride of the A copy (`gemm::run` copies A rows this far apart).
-const LDA: usize = AVX512_A_STRIDE;
 
 /// The mask of the first `n` (0..=16) lanes.
 #[inline(always)]
@@ -50,8 +49,8 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     let m1 = lanes(t.nvalid.saturating_sub(16));
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; A has MR
-    // rows of kc floats, LDA apart; C rows 0..MR have nvalid valid columns, and masked-off lanes are
-    // neither read nor written (AVX-512 masks suppress faults). Column addresses past the
+    // rows of kc floats, t.lda apart; C rows 0..MR have nvalid valid columns, and masked-off
+    // lanes are neither read nor written (AVX-512 masks suppress faults). Column addresses past the
     // tile use wrapping arithmetic since they may lie outside the C slice.
     unsafe {
         if t.bias.is_null() {
@@ -77,7 +76,7 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
             _mm_prefetch::<HINT>(pf.cast());
             _mm_prefetch::<HINT>(pf.wrapping_add(16).cast());
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*a.add(r * LDA));
+                let av = _mm512_set1_ps(*a.add(r * t.lda));
                 acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
                 acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
             }

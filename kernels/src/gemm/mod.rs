@@ -7,11 +7,11 @@
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
 //!   for AVX-512 when the weights fit well in L3), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
-//!   loop), and M in balanced row tiles of at most MR rows. Each row tile of A is copied
-//!   into a stack buffer (no allocation, safe for many threads running one operator at
-//!   once) and reused across the NC panels: AVX-512 copies whole rows (a memcpy) to a fixed
-//!   row stride so that every A element is a constant displacement from one pointer (a
-//!   broadcast-from-memory operand); the other ISAs pack k-major.
+//!   loop), and M in balanced row tiles of at most MR rows. AVX-512 reads A in place
+//!   (every row a broadcast-from-memory operand at a register offset, nothing copied);
+//!   the other ISAs copy each row tile of A k-major into a stack buffer (no allocation,
+//!   safe for many threads running one operator at once) and reuse it across the NC
+//!   panels.
 //!
 //! Threads split the panels, never K or M, so every output element is computed by the same
 //! instructions in the same order whatever the thread count: results are bit-identical.
@@ -29,14 +29,16 @@ mod avx512;
 mod neon;
 mod scalar;
 
-/// One microkernel call: `C[0..mr][0..nvalid] (=|+=) Apacked(mr × kc) · B(kc × NR)`.
+/// One microkernel call: `C[0..mr][0..nvalid] (=|+=) A(mr × kc) · B(kc × NR)`.
 #[derive(Clone, Copy)]
 pub(crate) struct Tile {
     /// Depth of this call.
     pub kc: usize,
-    /// A, packed as the ISA's [`Shape::a_stride`] says: k-major `a[k * mr + r]` when it is
-    /// 0, else row-major `a[r * a_stride + k]`.
+    /// A: the caller's rows in place, `lda` floats apart, when the ISA's
+    /// [`Shape::a_in_place`] is set; else a copy packed k-major, `a[k * mr + r]`.
     pub a: *const f32,
+    /// Row stride of `a` when it is read in place.
+    pub lda: usize,
     /// B rows `k0 .. k0 + kc` of one panel, `NR` floats each, aligned.
     pub b: *const f32,
     /// NR biases to start from, or NULL to accumulate onto what C holds.
@@ -58,21 +60,14 @@ pub(crate) struct Tile {
     pub pf_off: isize,
 }
 
-/// Row stride of the AVX-512 A copy: KC plus one cache line, so that the rows of a tile do
-/// not all fall into the same L1 sets (a power-of-two stride would).
-const AVX512_A_STRIDE: usize = 1024 + 16;
-
-/// Largest A copy of any ISA (`MR * KC`, or `MR * a_stride`): the buffer on the stack.
-const A_BUF: usize = 8 * AVX512_A_STRIDE;
+/// Largest packed A tile (`MR * KC`) of the ISAs that copy it: the buffer on the stack.
+const A_BUF: usize = 8 * 256;
 const _: () = {
     let mut i = 0;
     let isas = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Scalar];
     while i < isas.len() {
         let s = shape(isas[i]);
-        assert!(
-            s.mr * s.kc <= A_BUF && s.mr * s.a_stride <= A_BUF && s.a_stride.is_multiple_of(16)
-        );
-        assert!(s.a_stride == 0 || s.a_stride >= s.kc);
+        assert!(s.a_in_place || s.mr * s.kc <= A_BUF);
         i += 1;
     }
 };
@@ -93,10 +88,9 @@ pub(crate) struct Shape {
     pub nc: usize,
     /// Packed weights (bytes) below which one N block holds all panels.
     pub stream_below: usize,
-    /// Layout of the A copy a tile reads: 0 is k-major (`a[k * mr + r]`); otherwise rows
-    /// `a_stride` floats apart (`a[r * a_stride + k]`), a compile-time constant of the
-    /// kernel so that each row is a fixed displacement from one pointer.
-    pub a_stride: usize,
+    /// The kernel reads A in place (each row a broadcast-from-memory stream), so nothing
+    /// is copied; otherwise each row tile of A is packed k-major into a stack buffer.
+    pub a_in_place: bool,
 }
 
 /// The tile shape and blocking of `isa`.
@@ -109,14 +103,14 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             // 2048 shapes, the same elsewhere.
             kc: 1024,
             nc: 8,
-            // Up to 8 MiB of packed weights (well inside L3), all panels run per A tile:
-            // each A tile is copied once per K block and reused across the whole N range
-            // while the weights stream from L2/L3 (128 B per 16 FMAs, with the next panel
-            // prefetched). Measured better than the L2-sized N block, which copies every A
-            // tile N / 256 times; above that the weights would come from DRAM once per
-            // row tile, and the N block (read from DRAM once) wins.
+            // Up to 8 MiB of packed weights (well inside L3), all panels run per row tile:
+            // the tile's A rows stay in cache across the whole N range while the weights
+            // stream from L2/L3 (128 B per 16 FMAs, the next panel prefetched); measured
+            // better than L2-sized N blocks on 64x1024x1024 and 256x512x2048. Above that the
+            // weights would come from DRAM once per row tile, and N blocks (read from DRAM
+            // once, then from L2) win.
             stream_below: 8 << 20,
-            a_stride: AVX512_A_STRIDE,
+            a_in_place: true,
         },
         Isa::Avx2 => Shape {
             mr: 6,
@@ -124,7 +118,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             kc: 256,
             nc: 16,
             stream_below: 0,
-            a_stride: 0,
+            a_in_place: false,
         },
         Isa::Neon => Shape {
             mr: 8,
@@ -132,7 +126,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             kc: 256,
             nc: 32,
             stream_below: 0,
-            a_stride: 0,
+            a_in_place: false,
         },
         Isa::Scalar => Shape {
             mr: 4,
@@ -140,7 +134,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             kc: 256,
             nc: 32,
             stream_below: 0,
-            a_stride: 0,
+            a_in_place: false,
         },
     }
 }
@@ -240,6 +234,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
         min: p.min,
         max: p.max,
         pf_off: 0,
+        lda: p.lda,
     };
     if p.m == 1 {
         for panel in panels {
@@ -276,16 +271,15 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
         while k0 < p.k {
             let kc = s.kc.min(p.k - k0);
             for (m0, mr) in row_tiles(p.m, s.mr) {
-                // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds; the
-                // stack buffer holds MR * KC >= mr * kc floats.
-                unsafe {
-                    let src = p.a.add(m0 * p.lda + k0);
-                    if s.a_stride == 0 {
-                        pack_a(abuf, src, p.lda, mr, kc);
-                    } else {
-                        copy_a(abuf, s.a_stride, src, p.lda, mr, kc);
-                    }
-                }
+                // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds.
+                let src = unsafe { p.a.add(m0 * p.lda + k0) };
+                let a = if s.a_in_place {
+                    src
+                } else {
+                    // SAFETY: as above; the stack buffer holds MR * KC >= mr * kc floats.
+                    unsafe { pack_a(abuf, src, p.lda, mr, kc) };
+                    abuf.cast_const()
+                };
                 for panel in nc0..nc1 {
                     // SAFETY: as for the GEMV path; the tile covers rows m0..m0+mr.
                     unsafe {
@@ -296,7 +290,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                         let t = Tile {
                             pf_off: (next as isize - panel as isize) * panel_len as isize,
                             kc,
-                            a: abuf,
+                            a,
                             b: base.add(s.nr + k0 * s.nr),
                             bias: if k0 == 0 { base } else { core::ptr::null() },
                             c: p.c.add(m0 * p.ldc + panel * s.nr),
@@ -328,21 +322,6 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
             // SAFETY: k * mr + r < kc * mr.
             unsafe { dst.add(k * mr + r).write(v) };
         }
-    }
-}
-
-/// Copies an `mr × kc` block of A (row stride `lda`) to `dst`, row-major at row stride
-/// `stride` (≥ `kc`).
-///
-/// # Safety
-/// `src` has `mr` rows of `kc` readable floats at stride `lda`; `dst` has
-/// `(mr - 1) * stride + kc` writable floats.
-#[inline]
-unsafe fn copy_a(dst: *mut f32, stride: usize, src: *const f32, lda: usize, mr: usize, kc: usize) {
-    for r in 0..mr {
-        // SAFETY: row r of the source block and of the destination are in bounds (caller),
-        // and the stack buffer never overlaps A.
-        unsafe { core::ptr::copy_nonoverlapping(src.add(r * lda), dst.add(r * stride), kc) };
     }
 }
 
