@@ -78,6 +78,18 @@ fn weights_past_the_l3_budget_take_the_n_blocked_path() {
 }
 
 #[test]
+fn batch_one_past_the_l3_budget_takes_the_prefetching_gemv() {
+    // 63 panels of 32 × 2101 floats: 16.9 MB packed, above the 16 MiB past which the
+    // AVX-512 GEMV prefetches ahead; an N edge in the last panel.
+    let mut rng = Rng::new(6);
+    let (k, n) = (2100, 2010);
+    let case = Case::random(&mut rng, 1, k, n);
+    for isa in Isa::available() {
+        case.run_and_check(&TABLE, isa, &format!("{isa} GEMV past L3 budget"));
+    }
+}
+
+#[test]
 fn isas_agree_within_rounding_and_threads_are_bit_identical() {
     let mut rng = Rng::new(4);
     for (m, k, n) in [(1, 300, 333), (37, 300, 333), (100, 64, 1000)] {

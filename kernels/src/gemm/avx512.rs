@@ -107,8 +107,30 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
 /// # Safety
 /// `panel` is a 64-byte aligned packed panel (NR biases then k × NR weights); `x` has `k`
 /// floats; `y` has `g.nvalid` writable floats; the CPU has AVX-512F.
-#[target_feature(enable = "avx512f")]
 pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
+    // SAFETY: forwarded (caller).
+    unsafe {
+        if g.pf_off == 0 {
+            gemv_p::<false>(k, x, panel, y, g)
+        } else {
+            gemv_p::<true>(k, x, panel, y, g)
+        }
+    }
+}
+
+/// [`gemv`], prefetching `g.pf_off` floats ahead (every fourth line: the hardware brings
+/// the neighbours) when `PF`.
+///
+/// # Safety
+/// As [`gemv`].
+#[target_feature(enable = "avx512f")]
+unsafe fn gemv_p<const PF: bool>(
+    k: usize,
+    x: *const f32,
+    panel: *const f32,
+    y: *mut f32,
+    g: &Tile,
+) {
     // SAFETY: all loads are within the panel (NR * (k + 1) floats) and x (k floats); the
     // stores are masked to the nvalid columns of y.
     unsafe {
@@ -117,6 +139,12 @@ pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f3
         let mut b = panel.add(NR);
         let mut kk = 0;
         while kk + 4 <= k {
+            if PF {
+                // Prefetches never fault, so running past the block is harmless.
+                let pf = b.wrapping_offset(g.pf_off);
+                _mm_prefetch::<_MM_HINT_T0>(pf.cast());
+                _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
+            }
             for (u, acc) in acc.iter_mut().enumerate() {
                 let xv = _mm512_set1_ps(*x.add(kk + u));
                 acc[0] = _mm512_fmadd_ps(xv, _mm512_load_ps(b.add(u * NR)), acc[0]);
