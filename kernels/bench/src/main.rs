@@ -8,7 +8,7 @@
 //! batch 1, the read bandwidth of a weights-sized buffer (the memory roof: 2 flops per
 //! 4-byte weight, so GFLOPS ≤ GB/s ÷ 2).
 //!
-//! Options: `--json PATH`, `--svg PATH` (default `target-kernels/bench/fully_connected.svg`),
+//! Options: `--json PATH`, `--svg PATH` (default `target/bench/fully_connected.svg`),
 //! `--quick` (shorter timing), `--libs a,b` and `--shapes MxKxN,...` to narrow the run.
 
 mod chart;
@@ -91,7 +91,7 @@ struct Options {
 fn parse() -> Result<Options, String> {
     let mut o = Options {
         json: None,
-        svg: "target-kernels/bench/fully_connected.svg".into(),
+        svg: "target/bench/fully_connected.svg".into(),
         budget: Duration::from_millis(400),
         libs: Lib::ALL.to_vec(),
         shapes: SHAPES.to_vec(),
@@ -296,6 +296,9 @@ fn main() -> ExitCode {
         }
     }
     if let Some(path) = &o.json {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
         if let Err(e) = std::fs::write(path, json(&rows, peak, &isa)) {
             eprintln!("could not write {path}: {e}");
             return ExitCode::FAILURE;
