@@ -140,35 +140,33 @@ impl<T> Drop for Attempt<'_, T> {
     }
 }
 
-impl<T> KeepCell<T> {
-    /// An empty cell.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
+/// The fields of an empty cell, shared by the `const` (std) and non-`const` (loom) `new`.
+macro_rules! empty_cell {
+    () => {
         KeepCell {
+            owner: UnsafeCell::new(MaybeUninit::uninit()),
             state: AtomicU8::new(INCOMPLETE),
             lock: Mutex::new(()),
             wake: Condvar::new(),
             has_owner: AtomicBool::new(false),
-            owner: UnsafeCell::new(MaybeUninit::uninit()),
             owners_constructed: AtomicU64::new(0),
             init_attempts: AtomicU64::new(0),
             init_successes: AtomicU64::new(0),
         }
+    };
+}
+
+impl<T> KeepCell<T> {
+    /// An empty cell.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        empty_cell!()
     }
 
     /// An empty cell (loom's primitives are not `const`).
     #[cfg(loom)]
     pub fn new() -> Self {
-        KeepCell {
-            state: AtomicU8::new(INCOMPLETE),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-            has_owner: AtomicBool::new(false),
-            owner: UnsafeCell::new(MaybeUninit::uninit()),
-            owners_constructed: AtomicU64::new(0),
-            init_attempts: AtomicU64::new(0),
-            init_successes: AtomicU64::new(0),
-        }
+        empty_cell!()
     }
 
     /// The owner, once published: a single `Acquire` load, no lock.

@@ -1,4 +1,5 @@
 //! The four guarantees of `KeepCell`, each with a test that fails without it.
+#![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};

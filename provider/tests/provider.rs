@@ -1,5 +1,6 @@
 //! `GlobalProvider` and `Provider`: sessions share one owner; the library's init runs inside
 //! the once; failures are retried with the owner the library may already have captured.
+#![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
