@@ -334,8 +334,9 @@ pub fn check_table(table: &AllocatorTable, options: Options) {
         table.aligned_allocate.expect("aligned_allocate"),
         table.aligned_deallocate.expect("aligned_deallocate"),
     );
-    // SAFETY: the caller hands us a table that claims the xnn_allocator contract; every
+    // The caller hands us a table that claims the xnn_allocator contract; every
     // pointer below is used within the size it was allocated with and freed once.
+    // SAFETY: every call below stays inside the contract just stated.
     unsafe {
         // NULL frees are no-ops.
         deallocate(ctx, core::ptr::null_mut());

@@ -39,8 +39,9 @@ unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if let Some(p) = NonNull::new(ptr) {
-            // SAFETY: `GlobalAlloc::dealloc`'s caller promises `ptr` came from `alloc` with
+            // `GlobalAlloc::dealloc`'s caller promises `ptr` came from `alloc` with
             // `layout`, which is `Allocator::deallocate`'s promise.
+            // SAFETY: the caller's promise is forwarded unchanged.
             unsafe { self.0.deallocate(p, layout) }
         }
     }
@@ -53,8 +54,9 @@ unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
         let Some(p) = NonNull::new(ptr) else {
             return ptr::null_mut();
         };
-        // SAFETY: the caller promises `ptr` is live with `layout`; grow/shrink are chosen by
+        // The caller promises `ptr` is live with `layout`; grow/shrink are chosen by
         // comparing sizes, as their contracts require.
+        // SAFETY: `ptr` is live with `layout` and the size picks grow or shrink.
         let r = unsafe {
             if new_size >= layout.size() {
                 self.0.grow(p, layout, new)

@@ -62,8 +62,9 @@ unsafe impl RawBackend for Mimalloc {
     }
     #[inline]
     unsafe fn raw_realloc(&self, ptr: *mut u8, old: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: caller promises `ptr` is a live mimalloc block allocated with `old.align()`;
+        // Caller promises `ptr` is a live mimalloc block allocated with `old.align()`;
         // `mi_realloc` of any mimalloc block keeps the alignment `natural` promises.
+        // SAFETY: `ptr` is a live mimalloc block of `old.align()`.
         unsafe {
             if natural(new_size, old.align()) {
                 ffi::mi_realloc(ptr.cast::<c_void>(), new_size).cast()

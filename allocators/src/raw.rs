@@ -75,8 +75,9 @@ macro_rules! impl_allocator_for_raw {
             #[inline]
             unsafe fn deallocate(&self, ptr: core::ptr::NonNull<u8>, layout: core::alloc::Layout) {
                 if layout.size() != 0 {
-                    // SAFETY: the caller promises `ptr` came from this allocator with `layout`,
+                    // The caller promises `ptr` came from this allocator with `layout`,
                     // and non-zero-sized blocks are exactly the ones the backend returned.
+                    // SAFETY: `ptr` is a live, non-zero-sized block of this backend.
                     unsafe { $crate::raw::RawBackend::raw_free(self, ptr.as_ptr(), layout) }
                 }
             }

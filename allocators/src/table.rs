@@ -190,8 +190,9 @@ unsafe fn alloc_block<A: Allocator>(
         return ptr::null_mut();
     };
     let base = block.as_ptr().cast::<u8>();
-    // SAFETY: the block is `pad + size` bytes with `pad >= HEADER`, aligned to at least 16,
+    // The block is `pad + size` bytes with `pad >= HEADER`, aligned to at least 16,
     // so `user - HEADER` is in bounds and aligned for `Header`.
+    // SAFETY: `user - HEADER` and `user` lie inside the fresh block.
     unsafe {
         let user = base.add(pad);
         user.sub(HEADER).cast::<Header>().write(Header {
@@ -257,8 +258,9 @@ unsafe extern "C" fn table_reallocate<A: Allocator + Sync>(
         debug_assert_eq!(pad, new_pad);
         // SAFETY: the table's context is a `&'static A`.
         let allocator = unsafe { &*(context as *const A) };
-        // SAFETY: `base` came from `allocator` with `old`; the alignment is unchanged and the
+        // `base` came from `allocator` with `old`; the alignment is unchanged and the
         // size decides grow or shrink. On failure the old block is untouched.
+        // SAFETY: `base` is a live block of `allocator` with layout `old`.
         let moved = unsafe {
             if new.size() >= old.size() {
                 allocator.grow(base, old, new)
@@ -289,8 +291,9 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync>(
         return;
     }
     let freed = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `pointer` is a live block of this table (the C caller's promise), and the
+        // `pointer` is a live block of this table (the C caller's promise), and the
         // context is a `&'static A`.
+        // SAFETY: `pointer` is a live block of this table and `context` a `&'static A`.
         unsafe {
             let (base, layout, _) = block_of(pointer);
             (*(context as *const A)).deallocate(base, layout);

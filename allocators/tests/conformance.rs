@@ -176,6 +176,14 @@ fn default_backend_is_the_feature_selected_one() {
         "system"
     };
     assert_eq!(keepalloc_allocators::DEFAULT_BACKEND_NAME, expected);
+    // The alias itself follows the documented rule (mimalloc > bumpalo > system).
+    let type_name = std::any::type_name::<keepalloc_allocators::DefaultBackend>();
+    let expected_type = match expected {
+        "mimalloc" => "Mimalloc",
+        "bumpalo" => "Arena",
+        _ => "System",
+    };
+    assert!(type_name.ends_with(expected_type), "{type_name}");
     conformance::check_allocator(&b, Options::QUICK);
 }
 

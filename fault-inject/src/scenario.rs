@@ -279,8 +279,9 @@ fn check_alloc_64(id: &Identity) {
         report::record(Finding::invariant("table-incomplete", "a NULL slot"));
         return;
     };
-    // SAFETY: the table follows the xnn_allocator contract (built by `for_allocator` or by a
+    // The table follows the xnn_allocator contract (built by `for_allocator` or by a
     // control's canary functions); the 64 bytes are used inside the block and freed once.
+    // SAFETY: the table keeps the xnn_allocator contract; the block is used in bounds and freed once.
     unsafe {
         let p = allocate(t.context, 64).cast::<u8>();
         if p.is_null() {

@@ -355,15 +355,17 @@ impl<A: Allocator> Scribble<A> {
                 s.quarantined.remove(&block.user);
                 s.quarantine_bytes -= block.outer.size();
                 s.stats.released += 1;
-                // SAFETY: the block was in quarantine until the line above, and nobody else
+                // The block was in quarantine until the line above, and nobody else
                 // can reach it (it is in no list now).
+                // SAFETY: the block is ours alone, fresh out of the quarantine.
                 unsafe { self.check_quarantined(&block, &mut found) };
                 release.push(block);
             }
         }
         for block in release {
-            // SAFETY: `base` and `outer` are what the wrapped allocator returned; the block
+            // `base` and `outer` are what the wrapped allocator returned; the block
             // is freed exactly once, here, having left every list.
+            // SAFETY: a block of the wrapped allocator, freed exactly once.
             unsafe {
                 self.inner
                     .deallocate(NonNull::new_unchecked(block.base as *mut u8), block.outer)
@@ -386,8 +388,9 @@ unsafe impl<A: Allocator> Allocator for Scribble<A> {
         let base = self.inner.allocate(outer)?.cast::<u8>();
         let size = layout.size();
         let back = outer.size() - front - size;
-        // SAFETY: the wrapped allocator returned `outer.size()` bytes at `base`, and
+        // The wrapped allocator returned `outer.size()` bytes at `base`, and
         // `front + size + back == outer.size()`.
+        // SAFETY: every offset below stays within the `outer` block.
         let user = unsafe {
             let p = base.as_ptr();
             p.write_bytes(self.config.red_zone_fill, front);
@@ -472,8 +475,9 @@ impl<A: Allocator> Drop for Scribble<A> {
         s.quarantined.clear();
         s.quarantine_bytes = 0;
         for block in s.quarantine.drain(..) {
-            // SAFETY: `base` and `outer` are what the wrapped allocator returned, and a
+            // `base` and `outer` are what the wrapped allocator returned, and a
             // quarantined block is in no other list: it is freed exactly once, here.
+            // SAFETY: a block of the wrapped allocator, freed exactly once.
             unsafe {
                 self.inner
                     .deallocate(NonNull::new_unchecked(block.base as *mut u8), block.outer)

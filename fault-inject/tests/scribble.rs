@@ -32,8 +32,9 @@ fn new_blocks_hold_the_alloc_fill_and_freed_ones_the_free_fill() {
     let heap = recording();
     let l = layout(100, 8);
     let p = alloc(&heap, l);
-    // SAFETY: `p` is live with `l`; after the free it is only read while quarantined (the
+    // `p` is live with `l`; after the free it is only read while quarantined (the
     // allocator still owns it), which is what the fill is for.
+    // SAFETY: `p` is live, or held by the quarantine when read after the free.
     unsafe {
         assert!((0..100).all(|i| p.as_ptr().add(i).read() == 0xAA));
         heap.deallocate(p, l);
@@ -48,8 +49,9 @@ fn write_after_free_is_found_when_the_block_leaves_quarantine() {
     let heap = recording();
     let l = layout(64, 16);
     let p = alloc(&heap, l);
-    // SAFETY: live block; the write after the free is the bug under test (the memory is
+    // Live block; the write after the free is the bug under test (the memory is
     // still held by the quarantine).
+    // SAFETY: the memory stays owned by the quarantine; the write is the bug under test.
     unsafe {
         heap.deallocate(p, l);
         p.as_ptr().add(40).write_volatile(7);
@@ -132,8 +134,9 @@ fn invalid_free_of_a_pointer_never_returned() {
     let l = layout(16, 8);
     let mut local = [0u8; 16];
     let interior = alloc(&heap, layout(64, 8));
-    // SAFETY: neither pointer is a block of `heap` (a stack array, an interior pointer);
+    // Neither pointer is a block of `heap` (a stack array, an interior pointer);
     // the allocator must refuse both without touching them.
+    // SAFETY: the allocator must reject both pointers without touching them.
     unsafe {
         heap.deallocate(NonNull::new(local.as_mut_ptr()).unwrap(), l);
         heap.deallocate(NonNull::new(interior.as_ptr().add(8)).unwrap(), l);
@@ -157,8 +160,9 @@ fn red_zone_overwrites_before_and_after() {
         let heap = recording();
         let l = layout(40, 8);
         let p = alloc(&heap, l);
-        // SAFETY: the red zones are part of the block the backend returned; writing them is
+        // The red zones are part of the block the backend returned; writing them is
         // the bug under test (one byte past the end, one byte before the start).
+        // SAFETY: the red zones belong to the block the backend returned.
         unsafe {
             match side {
                 Side::After => p.as_ptr().add(40).write_volatile(0),
@@ -190,8 +194,9 @@ fn reading_the_slack_past_the_end_is_not_reported() {
     for size in [1usize, 7, 64, 100] {
         let l = layout(size, 4);
         let p = alloc(&heap, l);
-        // SAFETY: at least MIN_RED_ZONE readable bytes follow every block (XNNPACK's
+        // At least MIN_RED_ZONE readable bytes follow every block (XNNPACK's
         // over-read); reading never changes them.
+        // SAFETY: the slack after the block is readable and never changed.
         let sum: u32 = unsafe {
             (0..size + MIN_RED_ZONE)
                 .map(|i| p.as_ptr().add(i).read() as u32)

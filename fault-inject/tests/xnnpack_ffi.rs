@@ -98,8 +98,9 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &core::ffi::CStr) -> Option
     );
     // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
     let p = unsafe { dlsym(handle, name.as_ptr()) };
-    // SAFETY: `p` is the non-NULL address of the function `name`, whose signature is `F`
+    // `p` is the non-NULL address of the function `name`, whose signature is `F`
     // (the caller's promise), and `F` is pointer-sized.
+    // SAFETY: a non-NULL function address of signature `F`, pointer-sized.
     (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
@@ -111,15 +112,16 @@ fn load_xnnpack() -> Option<Xnn> {
         .find(|h| !h.is_null())?;
     // XNNPACK's first xnn_initialize also initializes cpuinfo (slow: it reads /proc and
     // /sys). Do that now, outside the race, so the race is between sessions, not cpuinfo.
+    type CpuinfoInit = unsafe extern "C" fn() -> bool;
     // SAFETY: `bool cpuinfo_initialize(void)` (cpuinfo.h), loaded with XNNPACK.
-    let cpuinfo_initialize: Option<unsafe extern "C" fn() -> bool> =
-        unsafe { symbol(handle, c"cpuinfo_initialize") };
+    let cpuinfo_initialize = unsafe { symbol::<CpuinfoInit>(handle, c"cpuinfo_initialize") };
     if let Some(init) = cpuinfo_initialize {
         // SAFETY: idempotent and thread-safe; takes no arguments.
         unsafe { init() };
     }
-    // SAFETY: (all five) each symbol is the XNNPACK function of that name, whose C signature
+    // All five: each symbol is the XNNPACK function of that name, whose C signature
     // (xnnpack.h, 2022-02-16) is the function-pointer type of the field it is stored in.
+    // SAFETY: each symbol has the C signature of the field that holds it.
     unsafe {
         Some(Xnn {
             initialize: symbol(handle, c"xnn_initialize")?,
@@ -221,8 +223,9 @@ static FAIL_FIRST: AtomicU32 = AtomicU32::new(0);
 fn init_xnnpack(table: &'static AllocatorTable) -> Result<(), InitError> {
     let n = HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
     HOOK_CONTEXTS.lock().unwrap().push(table.context as usize);
-    // SAFETY: AllocatorTable is `struct xnn_allocator` field for field (the C layout test
+    // AllocatorTable is `struct xnn_allocator` field for field (the C layout test
     // proves it against xnnpack.h) and the table lives for the rest of the process.
+    // SAFETY: the layouts match and the table lives for the rest of the process.
     let status = unsafe { (xnn().initialize)(table) };
     if status != XNN_STATUS_SUCCESS {
         return Err(InitError::code(status));

@@ -31,8 +31,9 @@ impl TableBuf {
             .checked_mul(size_of::<f32>())
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or(KernelError::OutOfMemory { bytes: usize::MAX })?;
-        // SAFETY: `initialize` and `create_with_table` only accept complete tables, which
+        // `initialize` and `create_with_table` only accept complete tables, which
         // follow the `xnn_allocator` contract (NULL on failure, `alignment`-aligned blocks).
+        // SAFETY: only complete tables that keep the xnn_allocator contract get here.
         let raw = unsafe { table.aligned_alloc(ALIGNMENT, bytes) };
         let ptr = NonNull::new(raw.cast::<f32>()).ok_or(KernelError::OutOfMemory { bytes })?;
         let buf = TableBuf {

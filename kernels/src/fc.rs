@@ -334,9 +334,10 @@ impl FullyConnected {
         let panels = self.n.div_ceil(gemm::shape(self.isa).nr);
         let threads = threads.min(panels);
         if threads == 1 {
-            // SAFETY: the slices were checked to hold `batch` rows at their strides; the
+            // The slices were checked to hold `batch` rows at their strides; the
             // output is borrowed mutably (so not aliased by the input); the packed block is
             // this operator's, built for `self.isa`, which `create` checked is supported.
+            // SAFETY: the slices, the packing and the ISA were all checked above.
             unsafe { gemm::run(&problem, 0..panels) };
             return Ok(());
         }

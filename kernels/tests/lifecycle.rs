@@ -20,8 +20,9 @@ static INCOMPLETE: AllocatorTable = AllocatorTable {
 };
 
 fn set_env(value: Option<&str>) {
-    // SAFETY: `main` is single-threaded while it changes the environment (the racing
-    // threads below are spawned after the last change and joined before returning).
+    // `main` is single-threaded while it changes the environment: the racing threads below
+    // are spawned after the last change and joined before returning.
+    // SAFETY: no other thread reads or writes the environment meanwhile.
     unsafe {
         match value {
             Some(v) => std::env::set_var(ISA_ENV, v),

@@ -173,8 +173,9 @@ impl<T> KeepCell<T> {
     #[inline]
     pub fn get(&self) -> Option<&T> {
         if self.state.load(Ordering::Acquire) == COMPLETE {
-            // SAFETY: COMPLETE is stored (Release) only after the owner was written, and the
+            // COMPLETE is stored (Release) only after the owner was written, and the
             // owner is never written again; our Acquire load makes the write visible.
+            // SAFETY: the owner is initialised and never written again.
             Some(unsafe { self.owner_unchecked() })
         } else {
             None
@@ -191,8 +192,9 @@ impl<T> KeepCell<T> {
     /// failed is still here (that is the point), and is the one the next attempt publishes.
     pub fn owner(&self) -> Option<&T> {
         if self.has_owner.load(Ordering::Acquire) {
-            // SAFETY: `has_owner` is stored (Release) right after the owner is written, and
+            // `has_owner` is stored (Release) right after the owner is written, and
             // the owner is never written, moved or dropped again while `&self` lives.
+            // SAFETY: the owner is initialised and never written again.
             Some(unsafe { self.owner_unchecked() })
         } else {
             None
@@ -244,14 +246,16 @@ impl<T> KeepCell<T> {
         // previous runner's store is visible through the mutex.
         if !self.has_owner.load(Ordering::Relaxed) {
             let owner = make_owner()?;
-            // SAFETY: we are the only RUNNING thread, no owner has been written (so nobody
+            // We are the only RUNNING thread, no owner has been written (so nobody
             // holds a reference into the slot), and the slot is written exactly once.
+            // SAFETY: this thread alone may write the slot, and writes it once.
             self.owner.with_mut(|slot| unsafe { (*slot).write(owner) });
             self.has_owner.store(true, Ordering::Release);
             self.owners_constructed.fetch_add(1, Ordering::Relaxed);
         }
-        // SAFETY: the owner was written (now or by an earlier runner) and is never written
+        // The owner was written (now or by an earlier runner) and is never written
         // again, so shared references to it are sound for as long as `&'a self`.
+        // SAFETY: the owner is initialised and never written again.
         let owner = unsafe { self.owner_unchecked() };
         publish(owner)?;
         attempt.succeed();
@@ -286,8 +290,9 @@ impl<T> KeepCell<T> {
     #[inline(always)]
     unsafe fn owner_unchecked(&self) -> &T {
         let ptr: *const T = self.owner.with(|slot| slot.cast::<T>());
-        // SAFETY: the caller guarantees the slot is initialised; it is never written again
+        // The caller guarantees the slot is initialised; it is never written again
         // while `&self` lives, so the reference stays valid.
+        // SAFETY: the slot is initialised (caller's promise) and never written again.
         unsafe { &*ptr }
     }
 }
@@ -295,9 +300,11 @@ impl<T> KeepCell<T> {
 impl<T> Drop for KeepCell<T> {
     fn drop(&mut self) {
         if self.has_owner.load(Ordering::Acquire) {
-            // SAFETY: the owner was written and `&mut self` proves nobody borrows it.
-            self.owner
-                .with_mut(|slot| unsafe { (*slot).assume_init_drop() });
+            let drop_owner = |slot: *mut MaybeUninit<T>| {
+                // SAFETY: the owner was written and `&mut self` proves nobody borrows it.
+                unsafe { (*slot).assume_init_drop() }
+            };
+            self.owner.with_mut(drop_owner);
         }
     }
 }

@@ -317,8 +317,9 @@ fn racy_check_then_act_model_fails() {
                             }
                         }
                         let owner = stored.load(SeqCst);
-                        // SAFETY: in this model an owner is only freed after being replaced,
+                        // In this model an owner is only freed after being replaced,
                         // and the assertion below reports that case; we read only its address.
+                        // SAFETY: only the owner's address is used.
                         lib.capture(unsafe { &*owner });
                         owner as usize
                     })

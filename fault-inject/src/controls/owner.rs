@@ -82,13 +82,15 @@ impl CanaryOwner {
 /// or freed and still in quarantine, which is what this check exists to find).
 unsafe fn check(context: *mut c_void) -> Option<&'static CanaryOwner> {
     let owner = context as *const CanaryOwner;
-    // SAFETY: the first word of the block is readable whether the owner is live or in
+    // The first word of the block is readable whether the owner is live or in
     // quarantine (the scribbling allocator has not given a quarantined block back); a
     // volatile read so the check is not assumed away for a "live" reference.
+    // SAFETY: the word is readable whether the owner is live or quarantined.
     let canary = unsafe { core::ptr::addr_of!((*owner).canary).read_volatile() };
     if canary == CANARY {
-        // SAFETY: the canary is intact, so the owner is live (an owner is only ever freed
+        // The canary is intact, so the owner is live (an owner is only ever freed
         // through `OWNER_HEAP`, which overwrites it with the free fill).
+        // SAFETY: the canary is intact, so the owner is live.
         return Some(unsafe { &*owner });
     }
     let fill = u64::from_ne_bytes([OWNER_HEAP.config().free_fill; 8]);
@@ -143,8 +145,9 @@ unsafe extern "C" fn canary_reallocate(
 ) -> *mut c_void {
     // SAFETY: as in `canary_allocate`.
     match unsafe { check(context) } {
-        // SAFETY: the owner's heap table is a `for_allocator` table; `pointer` is the
+        // The owner's heap table is a `for_allocator` table; `pointer` is the
         // caller's block of it.
+        // SAFETY: a `for_allocator` table and one of its blocks.
         Some(o) => unsafe { o.heap.reallocate.expect("complete")(o.heap.context, pointer, size) },
         None => core::ptr::null_mut(),
     }
@@ -153,8 +156,9 @@ unsafe extern "C" fn canary_reallocate(
 unsafe extern "C" fn canary_deallocate(context: *mut c_void, pointer: *mut c_void) {
     // SAFETY: as in `canary_allocate`.
     if let Some(o) = unsafe { check(context) } {
-        // SAFETY: the owner's heap table is a `for_allocator` table; `pointer` is the
+        // The owner's heap table is a `for_allocator` table; `pointer` is the
         // caller's block of it (its free functions are interchangeable).
+        // SAFETY: a `for_allocator` table and one of its blocks.
         unsafe { o.heap.deallocate.expect("complete")(o.heap.context, pointer) }
     }
 }

@@ -57,16 +57,18 @@ impl Subject for Racy {
             let owner = ABox::into_raw(CanaryOwner::boxed());
             let replaced = STORED.swap(owner, Ordering::AcqRel);
             if !replaced.is_null() {
-                // SAFETY: `replaced` came from `ABox::into_raw` of an owner in OWNER_HEAP and
+                // `replaced` came from `ABox::into_raw` of an owner in OWNER_HEAP and
                 // the swap took it out of `stored`, so this is its only drop. Whoever still
                 // holds its address (the library!) now dangles: the bug.
+                // SAFETY: the only drop of `replaced` (the dangling reader is the bug reproduced).
                 drop(unsafe { ABox::from_raw_in(replaced, &OWNER_HEAP) });
             }
         }
         let owner = STORED.load(Ordering::Acquire);
-        // SAFETY: an atomic store to the table's context field, which is a properly aligned
+        // An atomic store to the table's context field, which is a properly aligned
         // pointer-sized field of a static; see `SharedTable` for why the table as a whole is
         // deliberately unsynchronised.
+        // SAFETY: an aligned atomic store into a static field.
         unsafe {
             AtomicPtr::from_ptr(ptr::addr_of_mut!((*TABLE.0.get()).context).cast())
                 .store(owner.cast::<core::ffi::c_void>(), Ordering::Release);

@@ -255,8 +255,9 @@ mod xnnpack {
             let op = &op;
             if bound != out.as_mut_ptr() {
                 bound = out.as_mut_ptr();
-                // SAFETY: x holds m rows of k floats plus XNN_EXTRA_BYTES of slack; out holds
+                // X holds m rows of k floats plus XNN_EXTRA_BYTES of slack; out holds
                 // m × n floats and stays alive while the operator runs on it.
+                // SAFETY: x and out hold what the operator reads and writes, and outlive the run.
                 let status = unsafe {
                     xnn_setup_fully_connected_nc_f32(
                         op.0,

@@ -39,9 +39,10 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     } else {
         (edge.as_mut_ptr().cast::<f32>(), NR)
     };
-    // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; packed A
+    // Whole body: B rows are 64-byte aligned NR-float rows, kc of them; packed A
     // has kc * MR floats; `c` is either the caller's C tile (MR rows of NR valid columns) or
     // the local edge tile; C rows hold nvalid valid columns.
+    // SAFETY: every access stays inside the tiles described above.
     unsafe {
         if !full && t.bias.is_null() {
             for r in 0..MR {
@@ -104,8 +105,9 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
 /// floats; `y` has `g.nvalid` writable floats; the CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
-    // SAFETY: all loads are within the panel (NR * (k + 1) floats) and x (k floats); the
+    // All loads are within the panel (NR * (k + 1) floats) and x (k floats); the
     // result goes to a local tile, then nvalid floats of it to y.
+    // SAFETY: every access stays inside the panel, x and the local tile.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; 4];
         acc[0] = [_mm256_load_ps(panel), _mm256_load_ps(panel.add(8))];

@@ -48,10 +48,11 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     let m0 = lanes(t.nvalid);
     let m1 = lanes(t.nvalid.saturating_sub(16));
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    // SAFETY: (whole body) B rows are 64-byte aligned NR-float rows, kc of them; A has MR
+    // Whole body: B rows are 64-byte aligned NR-float rows, kc of them; A has MR
     // rows of kc floats, t.lda apart; C rows 0..MR have nvalid valid columns, and masked-off
     // lanes are neither read nor written (AVX-512 masks suppress faults). Column addresses past the
     // tile use wrapping arithmetic since they may lie outside the C slice.
+    // SAFETY: every unmasked access stays inside the tiles described above.
     unsafe {
         if t.bias.is_null() {
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -131,8 +132,9 @@ unsafe fn gemv_p<const PF: bool>(
     y: *mut f32,
     g: &Tile,
 ) {
-    // SAFETY: all loads are within the panel (NR * (k + 1) floats) and x (k floats); the
+    // All loads are within the panel (NR * (k + 1) floats) and x (k floats); the
     // stores are masked to the nvalid columns of y.
+    // SAFETY: loads stay in the panel and x; stores are masked to y.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); 2]; 4];
         acc[0] = [_mm512_load_ps(panel), _mm512_load_ps(panel.add(16))];

@@ -256,8 +256,9 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
             0
         };
         for panel in panels {
-            // SAFETY: the panel index is in range (caller), so the panel and the NR
+            // The panel index is in range (caller), so the panel and the NR
             // (possibly fewer valid) output columns are in bounds.
+            // SAFETY: the panel and its output columns are in bounds.
             unsafe {
                 let g = Tile {
                     nvalid: s.nr.min(p.n - panel * s.nr),

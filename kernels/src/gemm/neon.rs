@@ -37,8 +37,9 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     } else {
         (edge.as_mut_ptr().cast::<f32>(), NR)
     };
-    // SAFETY: (whole body) B has kc rows of NR floats; packed A has kc * MR floats; `c` is
+    // Whole body: B has kc rows of NR floats; packed A has kc * MR floats; `c` is
     // either the caller's full C tile or the local edge tile.
+    // SAFETY: every access stays inside the tiles described above.
     unsafe {
         if !full && t.bias.is_null() {
             for r in 0..MR {
@@ -100,8 +101,9 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
 /// `g.nvalid` writable floats; the CPU has NEON.
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
-    // SAFETY: all loads are within the panel and x; the result goes to a local tile, then
+    // All loads are within the panel and x; the result goes to a local tile, then
     // nvalid floats of it to y.
+    // SAFETY: every access stays inside the panel, x and the local tile.
     unsafe {
         let mut acc = [[vdupq_n_f32(0.0); 2]; 4];
         acc[0] = [vld1q_f32(panel), vld1q_f32(panel.add(4))];
