@@ -270,21 +270,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
     campaign(&harness, &options)
 }
 
+/// `cargo` arguments that build the harness in release with the controls (shared with the
+/// AddressSanitizer build, which adds its target).
+pub const HARNESS_BUILD_ARGS: [&str; 9] = [
+    "build",
+    "--release",
+    "-p",
+    "keepalloc-fault-inject",
+    "--features",
+    "controls",
+    "--bin",
+    "keepalloc-harness",
+    "--message-format=json-render-diagnostics",
+];
+
 /// Builds the harness in release with the controls and returns the executable's path.
 fn build_harness() -> Result<PathBuf, String> {
     eprintln!("fault-test: building keepalloc-harness (release, feature `controls`)");
     let mut cmd = util::cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "-p",
-        "keepalloc-fault-inject",
-        "--features",
-        "controls",
-        "--bin",
-        "keepalloc-harness",
-        "--message-format=json-render-diagnostics",
-    ]);
+    cmd.args(HARNESS_BUILD_ARGS);
     executable_from(cmd, "keepalloc-harness")
 }
 

@@ -139,21 +139,10 @@ pub fn asan(args: &[String]) -> Result<(), String> {
         );
     }
     let mut cmd = nightly_cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "-p",
-        "keepalloc-fault-inject",
-        "--features",
-        "controls",
-        "--bin",
-        "keepalloc-harness",
-        "--target",
-        &host,
-        "--message-format=json-render-diagnostics",
-    ])
-    .env("RUSTFLAGS", "-Zsanitizer=address")
-    .env("CARGO_TARGET_DIR", util::root().join("target").join("asan"));
+    cmd.args(crate::fault_test::HARNESS_BUILD_ARGS)
+        .args(["--target", &host])
+        .env("RUSTFLAGS", "-Zsanitizer=address")
+        .env("CARGO_TARGET_DIR", util::root().join("target").join("asan"));
     eprintln!("asan: building keepalloc-harness with -Zsanitizer=address for {host}");
     let harness = match fault_test::executable_from(cmd, "keepalloc-harness") {
         Ok(h) => h,
