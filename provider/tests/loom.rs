@@ -38,6 +38,13 @@ impl Library {
     }
 }
 
+/// Takes one unit from a budget of planned failures: true while some were left.
+fn take_one(budget: &AtomicUsize) -> bool {
+    budget
+        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 /// What every model checks once all threads are done.
 fn check(cell: &KeepCell<Owner>, lib: &Library, drops: &AtomicUsize, results: &[usize]) {
     let s = cell.stats();
@@ -130,10 +137,7 @@ fn failure_after_capture_then_retry() {
                             },
                             |o| {
                                 lib.capture(o);
-                                if failures_left
-                                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                                    .is_ok()
-                                {
+                                if take_one(&failures_left) {
                                     Err(())
                                 } else {
                                     Ok(())
@@ -182,10 +186,7 @@ fn panicking_attempt_then_retry() {
                                 },
                                 |o| {
                                     lib.capture(o);
-                                    if panics_left
-                                        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                                        .is_ok()
-                                    {
+                                    if take_one(&panics_left) {
                                         panic!("init panicked");
                                     }
                                     Ok(())
@@ -254,10 +255,7 @@ fn naive_retry_model_fails() {
                                 },
                                 |o| {
                                     lib.capture(o);
-                                    if failures_left
-                                        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                                        .is_ok()
-                                    {
+                                    if take_one(&failures_left) {
                                         Err(())
                                     } else {
                                         Ok(())
