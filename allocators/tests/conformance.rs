@@ -141,15 +141,29 @@ fn arena() {
 #[test]
 fn arena_reset_returns_memory() {
     use keepalloc_allocators::Arena;
+    let fill = |arena: &Arena| {
+        // Many separate blocks, so the arena needs several chunks.
+        let blocks: Vec<AVec<u8, &Arena>> = (0..64)
+            .map(|i| {
+                let mut v = AVec::new_in(arena);
+                v.resize(16 << 10, i as u8);
+                v
+            })
+            .collect();
+        assert!(blocks.iter().enumerate().all(|(i, v)| v[100] == i as u8));
+    };
     let mut arena = Arena::new();
-    {
-        let mut v: AVec<u8, &Arena> = AVec::new_in(&arena);
-        v.resize(1 << 20, 7);
-        assert_eq!(v[12345], 7);
-    }
+    fill(&arena);
     let before = arena.allocated_bytes();
     arena.reset();
-    assert!(arena.allocated_bytes() <= before);
+    let after = arena.allocated_bytes();
+    // Only the largest chunk is kept...
+    assert!(after < before, "reset kept {after} of {before} bytes");
+    // ...and reused: a block that fits in it takes no new chunk.
+    let mut v: AVec<u8, &Arena> = AVec::with_capacity_in(16 << 10, &arena);
+    v.resize(16 << 10, 1);
+    assert_eq!(arena.allocated_bytes(), after);
+    drop(v);
 }
 
 /// `&bumpalo::Bump` implements the same `Allocator` trait: the suite and the collections
