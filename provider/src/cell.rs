@@ -244,14 +244,28 @@ impl<T> KeepCell<T> {
         self.init_attempts.fetch_add(1, Ordering::Relaxed);
         // Only the RUNNING thread reads or writes `has_owner` without the lock's help; the
         // previous runner's store is visible through the mutex.
-        if !self.has_owner.load(Ordering::Relaxed) {
+        // The campaign's proof that its witnesses are independent of this cell: builds with
+        // `--cfg keepalloc_cell_mutant="..."` (never a default build) break the cell on
+        // purpose, and `cargo xtask fault-test --cell-mutant NAME` must then fail.
+        #[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+        let attempt = mutant::DropOnFailure {
+            cell: self,
+            attempt: Some(attempt),
+        };
+        #[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
+        let rebuild = self.has_owner.load(Ordering::Relaxed);
+        #[cfg(not(keepalloc_cell_mutant = "rebuild_in_place"))]
+        let rebuild = false;
+        if !self.has_owner.load(Ordering::Relaxed) || rebuild {
             let owner = make_owner()?;
             // We are the only RUNNING thread, no owner has been written (so nobody
             // holds a reference into the slot), and the slot is written exactly once.
             // SAFETY: this thread alone may write the slot, and writes it once.
             self.owner.with_mut(|slot| unsafe { (*slot).write(owner) });
             self.has_owner.store(true, Ordering::Release);
-            self.owners_constructed.fetch_add(1, Ordering::Relaxed);
+            if !rebuild {
+                self.owners_constructed.fetch_add(1, Ordering::Relaxed);
+            }
         }
         // The owner was written (now or by an earlier runner) and is never written
         // again, so shared references to it are sound for as long as `&'a self`.
@@ -305,6 +319,41 @@ impl<T> Drop for KeepCell<T> {
                 unsafe { (*slot).assume_init_drop() }
             };
             self.owner.with_mut(drop_owner);
+        }
+    }
+}
+
+/// Deliberately broken variants of the cell, compiled only under
+/// `--cfg keepalloc_cell_mutant="..."`: the negative controls of the campaign's witnesses.
+#[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+mod mutant {
+    use super::{Attempt, KeepCell, Ordering};
+
+    /// `drop_on_failure`: a failed or panicking attempt drops the owner in place and forgets
+    /// it, so the next attempt builds another one (once_cell's `get_or_try_init` behaviour,
+    /// counted once, as a careless port would).
+    pub(super) struct DropOnFailure<'a, T> {
+        pub(super) cell: &'a KeepCell<T>,
+        pub(super) attempt: Option<Attempt<'a, T>>,
+    }
+
+    impl<T> DropOnFailure<'_, T> {
+        pub(super) fn succeed(mut self) {
+            if let Some(a) = self.attempt.take() {
+                a.succeed();
+            }
+        }
+    }
+
+    impl<T> Drop for DropOnFailure<'_, T> {
+        fn drop(&mut self) {
+            if self.attempt.is_some() && self.cell.has_owner.swap(false, Ordering::AcqRel) {
+                let drop_owner = |slot: *mut core::mem::MaybeUninit<T>| {
+                    // SAFETY: NOT sound, on purpose: the library may still hold the owner.
+                    unsafe { (*slot).assume_init_drop() }
+                };
+                self.cell.owner.with_mut(drop_owner);
+            }
         }
     }
 }
