@@ -242,14 +242,14 @@ pub fn check_threads<A: Allocator + Sync>(a: &A, options: Options) {
     std::thread::scope(|s| {
         for t in 0..options.threads {
             s.spawn(move || {
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
+                use rand::{Rng, SeedableRng};
+                // One ChaCha8 stream per thread, so every run makes the same requests.
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x6b65_6570);
+                rng.set_stream(t as u64);
                 let mut live: Vec<(NonNull<u8>, Layout, usize)> = Vec::new();
                 for round in 0..options.rounds {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let size = (rng as usize) % options.max_size.min(8192);
-                    let align = 1 << ((rng >> 32) as usize % 7);
+                    let size = rng.random_range(0..options.max_size.clamp(1, 8192));
+                    let align = 1 << rng.random_range(0..7);
                     let layout = Layout::from_size_align(size, align).expect("valid layout");
                     let p = a
                         .allocate(layout)
@@ -259,8 +259,8 @@ pub fn check_threads<A: Allocator + Sync>(a: &A, options: Options) {
                     // SAFETY: `size` bytes, ours.
                     unsafe { fill(p.as_ptr(), size, round + t) };
                     live.push((p, layout, round + t));
-                    if live.len() > 16 || rng & 1 == 0 {
-                        let (p, layout, seed) = live.swap_remove((rng >> 8) as usize % live.len());
+                    if live.len() > 16 || rng.random_bool(0.5) {
+                        let (p, layout, seed) = live.swap_remove(rng.random_range(0..live.len()));
                         // SAFETY: live block with its own layout and pattern.
                         unsafe {
                             verify(p.as_ptr(), layout.size(), seed, "concurrent");

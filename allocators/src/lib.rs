@@ -37,6 +37,7 @@
 
 #[cfg(feature = "bumpalo")]
 mod arena;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod counting;
 mod global;

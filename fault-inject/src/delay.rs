@@ -147,6 +147,62 @@ impl core::fmt::Display for Delay {
     }
 }
 
+/// How a run treats the race windows: the named delay settings of the campaign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Window {
+    /// Held open: [`Delay::HOLD_RACE`] (a sleep, then wait for a second thread) in the
+    /// check-then-act window, [`Delay::HOLD`] after the library captured the table. The race
+    /// has two participants by construction: the gate the controls must pass.
+    Held,
+    /// Nudged: one `yield_now` at the same points, no sleep and no gathering. Shows how much
+    /// a slight perturbation exposes, between the two.
+    Yield,
+    /// Bare: no delay anywhere; what a 2-core machine exposes on its own.
+    Bare,
+}
+
+impl Window {
+    /// Every window, from the strongest hold to none.
+    pub const ALL: [Window; 3] = [Window::Held, Window::Yield, Window::Bare];
+
+    /// The window's name (`held`, `yield`, `bare`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Window::Held => "held",
+            Window::Yield => "yield",
+            Window::Bare => "bare",
+        }
+    }
+
+    /// One line on what the window does.
+    pub const fn summary(self) -> &'static str {
+        match self {
+            Window::Held => {
+                "race windows held open: gather:500us at check-to-store (until a second \
+                 thread is in the window), sleep:500us after capture"
+            }
+            Window::Yield => "one yield_now at check-to-store and after capture",
+            Window::Bare => "no delay at any point",
+        }
+    }
+
+    /// The window with this name.
+    pub fn parse(name: &str) -> Option<Window> {
+        Window::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// Sets the delays of this window (process-wide).
+    pub fn install(self) {
+        let (race, capture) = match self {
+            Window::Held => (Delay::HOLD_RACE, Delay::HOLD),
+            Window::Yield => (Delay::Yield(1), Delay::Yield(1)),
+            Window::Bare => (Delay::None, Delay::None),
+        };
+        set_delay(Point::CheckToStore, race);
+        set_delay(Point::AfterCapture, capture);
+    }
+}
+
 static DELAYS: [AtomicU64; Point::ALL.len()] = [const { AtomicU64::new(0) }; Point::ALL.len()];
 static ARRIVALS: [AtomicU64; Point::ALL.len()] = [const { AtomicU64::new(0) }; Point::ALL.len()];
 

@@ -6,7 +6,7 @@ use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-use crate::rng::SharedSplitMix64;
+use rand::Rng;
 
 /// When allocations fail. Calls are counted from 1 since the plan was armed; an allocation
 /// call is any `allocate`, `allocate_zeroed`, `grow` or `grow_zeroed` (a `shrink` never
@@ -19,7 +19,8 @@ pub enum AllocPlan {
     Nth(u64),
     /// Fail the `n`th call and every call after it.
     From(u64),
-    /// Fail each call with probability `p`, drawn from a generator seeded with `seed`.
+    /// Fail each call with probability `p`: call `n` (from 1) fails when ChaCha8 stream `n` of
+    /// `seed` says so, whatever the order in which threads made their calls.
     Probability {
         /// Chance of failure per call, in `[0, 1]`.
         p: f64,
@@ -61,7 +62,7 @@ pub struct Failing<A> {
     mode: AtomicU8,
     n: AtomicU64,
     p_bits: AtomicU64,
-    rng: SharedSplitMix64,
+    seed: AtomicU64,
     budget: AtomicUsize,
     calls: AtomicU64,
     failures: AtomicU64,
@@ -76,7 +77,7 @@ impl<A> Failing<A> {
             mode: AtomicU8::new(NEVER),
             n: AtomicU64::new(0),
             p_bits: AtomicU64::new(0),
-            rng: SharedSplitMix64::new(0),
+            seed: AtomicU64::new(0),
             budget: AtomicUsize::new(0),
             calls: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -106,7 +107,7 @@ impl<A> Failing<A> {
             }
             AllocPlan::Probability { p, seed } => {
                 self.p_bits.store(p.to_bits(), Relaxed);
-                self.rng.reseed(seed);
+                self.seed.store(seed, Relaxed);
                 PROBABILITY
             }
             AllocPlan::Budget(bytes) => {
@@ -144,7 +145,10 @@ impl<A> Failing<A> {
         let fail = match self.mode.load(Relaxed) {
             NTH => call == self.n.load(Relaxed),
             FROM => call >= self.n.load(Relaxed),
-            PROBABILITY => self.rng.chance(f64::from_bits(self.p_bits.load(Relaxed))),
+            PROBABILITY => {
+                let p = f64::from_bits(self.p_bits.load(Relaxed)).clamp(0.0, 1.0);
+                crate::seeds::stream(self.seed.load(Relaxed), call).random_bool(p)
+            }
             BUDGET => self
                 .budget
                 .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(bytes))

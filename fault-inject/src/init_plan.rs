@@ -7,7 +7,7 @@ use keepalloc_kernels::{AllocatorTable, KernelError};
 use keepalloc_provider::InitError;
 
 use crate::delay::{Point, delay};
-use crate::rng::SharedSplitMix64;
+use rand::Rng;
 
 /// Where in the init hook a planned failure strikes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +50,6 @@ pub struct InitPlan {
     random_point: CapturePoint,
     random_mode: FailMode,
     seed: u64,
-    rng: SharedSplitMix64,
     attempts: AtomicU64,
     failures: AtomicU64,
 }
@@ -87,7 +86,6 @@ impl InitPlan {
             random_point: point,
             random_mode: mode,
             seed,
-            rng: SharedSplitMix64::new(seed),
             attempts: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         }
@@ -116,12 +114,15 @@ impl InitPlan {
         self.failures.load(Relaxed)
     }
 
-    /// Decides the next attempt.
+    /// Decides the next attempt. Attempt `i` draws from its own ChaCha8 stream of the seed,
+    /// so its fate does not depend on which thread asked first.
     pub fn next_attempt(&self) -> AttemptPlan {
         let index = self.attempts.fetch_add(1, Relaxed);
+        ATTEMPTS_HERE.with(|n| n.set(n.get() + 1));
+        let mut rng = crate::seeds::stream(self.seed, index);
         let (point, mode) = if index < self.first_k {
             (self.point, self.mode)
-        } else if self.rng.chance(self.probability) {
+        } else if rng.random_bool(self.probability.clamp(0.0, 1.0)) {
             (self.random_point, self.random_mode)
         } else {
             return AttemptPlan {
@@ -131,12 +132,12 @@ impl InitPlan {
         };
         self.failures.fetch_add(1, Relaxed);
         let point = match point {
-            CapturePoint::Either if self.rng.chance(0.5) => CapturePoint::Before,
+            CapturePoint::Either if rng.random_bool(0.5) => CapturePoint::Before,
             CapturePoint::Either => CapturePoint::After,
             p => p,
         };
         let mode = match mode {
-            FailMode::Either if self.rng.chance(0.5) => FailMode::Panic,
+            FailMode::Either if rng.random_bool(0.5) => FailMode::Panic,
             FailMode::Either => FailMode::Error,
             m => m,
         };
@@ -145,6 +146,33 @@ impl InitPlan {
             failure: Some((point, mode)),
         }
     }
+}
+
+std::thread_local! {
+    /// Attempts this thread has run (init attempts decided here, and owner constructions
+    /// tried through [`crate::witness`]): how a scenario tells a caller that retried from one
+    /// that was refused without any attempt.
+    static ATTEMPTS_HERE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Attempts run on this thread so far (init attempts and owner constructions).
+pub fn attempts_here() -> u64 {
+    ATTEMPTS_HERE.with(core::cell::Cell::get)
+}
+
+/// Counts an attempt run on this thread that the init plan did not decide (an owner
+/// construction).
+pub(crate) fn count_attempt_here() {
+    ATTEMPTS_HERE.with(|n| n.set(n.get() + 1));
+}
+
+static HOOK_SUCCESSES: AtomicU64 = AtomicU64::new(0);
+
+/// Library initializations that returned success through [`planned_initialize`] with
+/// [`Reinit::Strict`] (the provider's hook): the witness of "published once", counted here
+/// and not by the provider under test.
+pub fn hook_successes() -> u64 {
+    HOOK_SUCCESSES.load(Relaxed)
 }
 
 static PLAN: OnceLock<InitPlan> = OnceLock::new();
@@ -200,14 +228,24 @@ pub fn planned_initialize(table: &'static AllocatorTable, reinit: Reinit) -> Res
     if let Some((CapturePoint::Before, mode)) = attempt.failure {
         return fail(CapturePoint::Before, mode);
     }
+    let captured_before = keepalloc_kernels::captured_table().is_some();
     match keepalloc_kernels::initialize(table) {
         Ok(()) => {}
         Err(KernelError::AlreadyInitialized) if reinit == Reinit::LikeXnnpack => {}
         Err(e) => return Err(InitError::new(format!("keepalloc-kernels: {e}"))),
     }
+    if !captured_before {
+        // The library just took its copy: it remembers which owner it captured.
+        if let Some(captured) = keepalloc_kernels::captured_table() {
+            crate::witness::record_capture(captured);
+        }
+    }
     delay(Point::AfterCapture);
     if let Some((at, mode)) = attempt.failure {
         return fail(at, mode);
+    }
+    if reinit == Reinit::Strict {
+        HOOK_SUCCESSES.fetch_add(1, Relaxed);
     }
     Ok(())
 }

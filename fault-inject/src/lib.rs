@@ -19,13 +19,19 @@
 //!   [`InitPlan`] makes initialization fail (the first k attempts or probability p, before
 //!   or after the library captured the table, by error or panic); [`delay`] holds race
 //!   windows open at named points.
+//! * [`witness`]: what judges every variant from outside it: owner constructions counted
+//!   in the constructor, a canary and a serial in every owner, the serial the library
+//!   captured, and a check of both in every table callback.
 //! * Negative controls (feature `controls`, never in a default build): `racy`, the original
-//!   ONNX Runtime provider, and `naive-retry`, a correct once that builds its owner inside
-//!   the fallible closure. Their owners carry canaries checked by every table callback.
-//! * [`scenario`]: cold-start, retry-after-capture, retry-under-race, panic-in-init and
-//!   out-of-memory, written once against a [`Subject`](scenario::Subject); the
-//!   `keepalloc-harness` binary runs one of them in its process and prints one result line
-//!   ([`report`]); `cargo xtask fault-test` runs the campaign.
+//!   ONNX Runtime provider; `naive-retry`, a correct once that builds its owner inside the
+//!   fallible closure; `poisoning-once` (`std::sync::Once`); `build-race`
+//!   (`once_cell::race::OnceBox`); `drop-on-oom`, which replaces its owner when memory runs
+//!   out. Each is caught only by the signature of its own bug.
+//! * [`scenario`]: cold-start, retry-after-capture, retry-under-race, panic-in-init,
+//!   owner-build-failure and out-of-memory, written once against a
+//!   [`Subject`](scenario::Subject); the `keepalloc-harness` binary runs one of them in its
+//!   process and prints one result line ([`report`]), or lists them all ([`catalog`]);
+//!   `cargo xtask fault-test` runs the campaign.
 //!
 //! ```
 //! use core::alloc::Layout;
@@ -47,6 +53,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+pub mod catalog;
 #[cfg(feature = "controls")]
 pub mod controls;
 pub mod delay;
@@ -55,10 +62,11 @@ pub mod init_plan;
 pub mod keepalloc;
 pub mod library;
 pub mod report;
-pub mod rng;
 pub mod scenario;
 mod scribble;
+pub mod seeds;
 mod violation;
+pub mod witness;
 
 pub use failing::{AllocPlan, Failing};
 pub use init_plan::{CapturePoint, FailMode, InitPlan};
@@ -77,8 +85,8 @@ pub enum NotRun {
 }
 
 /// Runs `scenario` against `variant` in this process, recording findings through
-/// [`report`]; a memory violation ends the process. Installs the scenario's init plan
-/// (seeded with `seed`), so it can be called once per process.
+/// [`report`]; a memory violation ends the process. Installs the scenario's init plan and
+/// build plan (seeded with `seed`), so it can be called once per process.
 pub fn run_scenario(
     scenario: Scenario,
     variant: Variant,
@@ -92,24 +100,37 @@ pub fn run_scenario(
         return Err(NotRun::NotApplicable);
     }
     init_plan::install(scenario.init_plan(seed));
+    witness::fail_first_builds(scenario.build_failures());
     match variant {
-        Variant::Keepalloc => run_on(&keepalloc::KEEPALLOC, scenario, threads),
+        Variant::Keepalloc => run_on(&keepalloc::KEEPALLOC, scenario, threads, seed),
         #[cfg(feature = "controls")]
-        Variant::Racy => run_on(&controls::racy::RACY, scenario, threads),
+        Variant::Racy => run_on(&controls::racy::RACY, scenario, threads, seed),
         #[cfg(feature = "controls")]
-        Variant::NaiveRetry => run_on(&controls::naive_retry::NAIVE_RETRY, scenario, threads),
+        Variant::NaiveRetry => run_on(&controls::naive_retry::NAIVE_RETRY, scenario, threads, seed),
+        #[cfg(feature = "controls")]
+        Variant::PoisoningOnce => run_on(
+            &controls::poisoning_once::POISONING_ONCE,
+            scenario,
+            threads,
+            seed,
+        ),
+        #[cfg(feature = "controls")]
+        Variant::BuildRace => run_on(&controls::build_race::BUILD_RACE, scenario, threads, seed),
+        #[cfg(feature = "controls")]
+        Variant::DropOnOom => run_on(&controls::drop_on_oom::DROP_ON_OOM, scenario, threads, seed),
         #[cfg(not(feature = "controls"))]
-        Variant::Racy | Variant::NaiveRetry => return Err(NotRun::NotBuilt),
+        _ => return Err(NotRun::NotBuilt),
     }
     Ok(())
 }
 
-fn run_on<S: Subject>(subject: &'static S, scenario: Scenario, threads: usize) {
+fn run_on<S: Subject>(subject: &'static S, scenario: Scenario, threads: usize, seed: u64) {
     match scenario {
         Scenario::ColdStart => scenario::cold_start(subject, threads),
         Scenario::RetryAfterCapture => scenario::retry_after_capture(subject),
         Scenario::RetryUnderRace => scenario::retry_under_race(subject, threads),
         Scenario::PanicInInit => scenario::panic_in_init(subject, threads),
-        Scenario::OutOfMemory => keepalloc::out_of_memory(),
+        Scenario::OwnerBuildFailure => scenario::owner_build_failure(subject, threads),
+        Scenario::OutOfMemory => scenario::out_of_memory(subject, seed),
     }
 }

@@ -15,17 +15,23 @@ pub const BATCH: usize = 3;
 /// out-of-memory plan fails in turn.
 pub const PATH_ALLOCATIONS: usize = LAYERS.len() * FullyConnected::CREATE_ALLOCATIONS;
 
-/// A deterministic value in [-1, 1) for weight or input `i` of layer `layer`.
-fn value(layer: usize, what: usize, i: usize) -> f32 {
-    let bits = crate::rng::mix((layer as u64) << 40 ^ (what as u64) << 32 ^ i as u64);
-    (bits >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+/// `n` deterministic values in [-1, 1) from ChaCha8 stream `stream` of a fixed seed.
+fn values(stream: u64, n: usize) -> Vec<f32> {
+    use rand::Rng;
+    let mut rng = crate::seeds::stream(0x6b61_6c6c, stream);
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
 fn weights(layer: usize) -> (Vec<f32>, Vec<f32>) {
     let (k, n) = LAYERS[layer];
-    let w = (0..k * n).map(|i| value(layer, 0, i)).collect();
-    let b = (0..n).map(|i| value(layer, 1, i)).collect();
-    (w, b)
+    (
+        values(2 * layer as u64, k * n),
+        values(2 * layer as u64 + 1, n),
+    )
+}
+
+fn input() -> Vec<f32> {
+    values(99, BATCH * LAYERS[0].0)
 }
 
 /// `clamp(x·Wᵀ + b, -4, 4)` in plain scalar Rust: the reference answer.
@@ -55,7 +61,7 @@ pub fn run_path() -> Result<Vec<f32>, KernelError> {
             .with_range(-4.0, 4.0);
         ops.push(FullyConnected::create(&desc)?);
     }
-    let mut x: Vec<f32> = (0..BATCH * LAYERS[0].0).map(|i| value(99, 2, i)).collect();
+    let mut x = input();
     for (op, &(_, n)) in ops.iter().zip(&LAYERS) {
         let mut y = vec![0.0f32; BATCH * n];
         op.run(BATCH, &x, &mut y)?;
@@ -67,7 +73,7 @@ pub fn run_path() -> Result<Vec<f32>, KernelError> {
 
 /// The reference output of [`run_path`].
 pub fn expected_path() -> Vec<f32> {
-    let mut x: Vec<f32> = (0..BATCH * LAYERS[0].0).map(|i| value(99, 2, i)).collect();
+    let mut x = input();
     for layer in 0..LAYERS.len() {
         x = reference(layer, &x);
     }

@@ -9,7 +9,7 @@
 //! The result line is one line on stdout, `key=value` pairs separated by spaces:
 //!
 //! ```text
-//! RESULT scenario=cold-start variant=racy seed=42 threads=32 window_held=true status=fail exit=10 detections=identity-mismatch,use-after-free
+//! RESULT scenario=cold-start variant=racy seed=42 threads=32 window=held status=fail exit=10 detections=identity-mismatch,use-after-free
 //! ```
 
 use std::io::Write;
@@ -46,10 +46,39 @@ pub mod exit {
     pub const RED_ZONE_AFTER: i32 = 16;
     /// A block was freed with another layout than it was allocated with.
     pub const LAYOUT_MISMATCH: i32 = 17;
+    /// The library's context holds a live owner other than the one it captured.
+    pub const OWNER_REBUILT: i32 = 18;
     /// Callers got different allocators, or the library captured another one.
     pub const IDENTITY_MISMATCH: i32 = 20;
     /// Any other broken promise (an owner too many, a leak, a wrong error, a poisoned once).
     pub const INVARIANT: i32 = 21;
+
+    /// Every code with its name, as `keepalloc-harness --list` prints them.
+    pub const ALL: [(&str, i32); 18] = [
+        ("pass", PASS),
+        ("harness-error", HARNESS_ERROR),
+        ("usage", USAGE),
+        ("not-built", NOT_BUILT),
+        ("not-applicable", NOT_APPLICABLE),
+        ("use-after-free", USE_AFTER_FREE),
+        ("canary-dead", CANARY_DEAD),
+        ("write-after-free", WRITE_AFTER_FREE),
+        ("double-free", DOUBLE_FREE),
+        ("invalid-free", INVALID_FREE),
+        ("red-zone-before", RED_ZONE_BEFORE),
+        ("red-zone-after", RED_ZONE_AFTER),
+        ("layout-mismatch", LAYOUT_MISMATCH),
+        ("owner-rebuilt", OWNER_REBUILT),
+        ("identity-mismatch", IDENTITY_MISMATCH),
+        ("invariant", INVARIANT),
+        ("tsan-report", TSAN_REPORT),
+        ("asan-report", ASAN_REPORT),
+    ];
+
+    /// The exit code ThreadSanitizer runs are told to use (`TSAN_OPTIONS=exitcode=`).
+    pub const TSAN_REPORT: i32 = 66;
+    /// The exit code AddressSanitizer runs are told to use (`ASAN_OPTIONS=exitcode=`).
+    pub const ASAN_REPORT: i32 = 30;
 }
 
 /// Something a run found wrong.
@@ -119,16 +148,17 @@ pub struct RunInfo {
     pub seed: u64,
     /// Threads used by the racing scenarios.
     pub threads: usize,
-    /// Whether the race windows were held open with delays.
-    pub window_held: bool,
+    /// How the race windows were treated (`held`, `yield`, `bare`, or `custom` for explicit
+    /// `--delay`s).
+    pub window: String,
 }
 
 impl core::fmt::Display for RunInfo {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "scenario={} variant={} seed={} threads={} window_held={}",
-            self.scenario, self.variant, self.seed, self.threads, self.window_held
+            "scenario={} variant={} seed={} threads={} window={}",
+            self.scenario, self.variant, self.seed, self.threads, self.window
         )
     }
 }

@@ -2,26 +2,38 @@
 //!
 //! Each scenario runs once per process (the library captures its table once per process)
 //! and records what it finds with [`report::record`]; a memory violation ends the process at
-//! once. Which variant runs which scenario:
+//! once. Which variant runs which scenario, and the findings that count as catching a
+//! control there (its *signature*: [`Variant::signature`]); keepalloc runs all of them and
+//! must show no finding at all:
 //!
-//! | scenario              | keepalloc | racy | naive-retry |
-//! |-----------------------|-----------|------|-------------|
-//! | `cold-start`          | yes       | yes  | —  (no failure: a correct once passes) |
-//! | `retry-after-capture` | yes       | —  (one thread: no race) | yes |
-//! | `retry-under-race`    | yes       | yes  | yes |
-//! | `panic-in-init`       | yes       | —  (the first attempt runs alone) | yes |
-//! | `out-of-memory`       | yes       | —    | —  (neither control touches the allocation path) |
+//! | scenario              | racy | naive-retry | poisoning-once | build-race | drop-on-oom |
+//! |-----------------------|------|-------------|----------------|------------|-------------|
+//! | `cold-start`          | S I U |            |                | S          |             |
+//! | `retry-after-capture` |      | S U         | R              |            |             |
+//! | `retry-under-race`    | S I U | S U        |                |            |             |
+//! | `panic-in-init`       |      | S U         | R              |            |             |
+//! | `owner-build-failure` | S I U |            | R              | S          |             |
+//! | `out-of-memory`       |      |             |                |            | U S         |
+//!
+//! S `second-owner`, I `identity-mismatch`, U `use-after-free`, R `no-retry`. A blank is a
+//! pair where the control's bug cannot show (a correct once passes `cold-start`; the racy
+//! provider's first attempt runs alone in `panic-in-init`), so it is not run.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Barrier;
 
-use keepalloc_kernels::AllocatorTable;
+use keepalloc_allocators::System;
+use keepalloc_kernels::{AllocatorTable, KernelError};
 
 use crate::delay::{Point, delay};
+use crate::failing::{AllocPlan, Failing};
 use crate::init_plan::{self, CapturePoint, FailMode, InitPlan, PlannedPanic};
-use crate::library;
+use crate::library::{self, PATH_ALLOCATIONS};
 use crate::report::{self, Finding};
+use crate::scribble::Scribble;
+use crate::violation::{Violation, ViolationKind};
+use crate::witness;
 
 /// A scenario of the issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,17 +46,20 @@ pub enum Scenario {
     RetryUnderRace,
     /// The first attempt panics after capture; the next succeeds; nothing is poisoned.
     PanicInInit,
+    /// The backend's constructor fails the first [`BUILD_FAILURES`] times under a race.
+    OwnerBuildFailure,
     /// Each allocation site of the library's path fails in turn.
     OutOfMemory,
 }
 
 impl Scenario {
     /// Every scenario, in the order of the issue.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::ColdStart,
         Scenario::RetryAfterCapture,
         Scenario::RetryUnderRace,
         Scenario::PanicInInit,
+        Scenario::OwnerBuildFailure,
         Scenario::OutOfMemory,
     ];
 
@@ -55,7 +70,38 @@ impl Scenario {
             Scenario::RetryAfterCapture => "retry-after-capture",
             Scenario::RetryUnderRace => "retry-under-race",
             Scenario::PanicInInit => "panic-in-init",
+            Scenario::OwnerBuildFailure => "owner-build-failure",
             Scenario::OutOfMemory => "out-of-memory",
+        }
+    }
+
+    /// One line on what the scenario does.
+    pub const fn summary(self) -> &'static str {
+        match self {
+            Scenario::ColdStart => {
+                "threads acquire together from a cold start; all must get one owner, which \
+                 the library captured and keeps using"
+            }
+            Scenario::RetryAfterCapture => {
+                "the library captures the table, then init fails 3 times; the retries \
+                 publish the captured owner"
+            }
+            Scenario::RetryUnderRace => {
+                "threads race while init fails at random (the first attempt after capture), \
+                 by error or panic; each retries"
+            }
+            Scenario::PanicInInit => {
+                "the first attempt panics after capture; then threads race and all succeed \
+                 with that owner"
+            }
+            Scenario::OwnerBuildFailure => {
+                "the owner's constructor fails the first 3 times under the thread race; \
+                 exactly one owner, built once"
+            }
+            Scenario::OutOfMemory => {
+                "every allocation site of the library's path fails in turn, then budgets and \
+                 seeded random failures; clean errors, nothing leaked, retries work"
+            }
         }
     }
 
@@ -67,7 +113,9 @@ impl Scenario {
     /// The init plan the scenario runs under (seeded with `seed`).
     pub fn init_plan(self, seed: u64) -> InitPlan {
         match self {
-            Scenario::ColdStart | Scenario::OutOfMemory => InitPlan::never(),
+            Scenario::ColdStart | Scenario::OutOfMemory | Scenario::OwnerBuildFailure => {
+                InitPlan::never()
+            }
             Scenario::RetryAfterCapture => InitPlan::new(
                 RETRY_FAILURES,
                 0.0,
@@ -87,10 +135,22 @@ impl Scenario {
             }
         }
     }
+
+    /// The owner constructions that fail (process-wide, counted by
+    /// [`witness`](crate::witness)) before one succeeds.
+    pub const fn build_failures(self) -> u64 {
+        match self {
+            Scenario::OwnerBuildFailure => BUILD_FAILURES,
+            _ => 0,
+        }
+    }
 }
 
 /// How many attempts fail in `retry-after-capture`.
 pub const RETRY_FAILURES: u64 = 3;
+
+/// How many owner constructions fail in `owner-build-failure`.
+pub const BUILD_FAILURES: u64 = 3;
 
 /// Attempts one thread makes in `retry-under-race` before it gives up.
 pub const MAX_ATTEMPTS: usize = 1000;
@@ -98,25 +158,84 @@ pub const MAX_ATTEMPTS: usize = 1000;
 /// What is being tested.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// keepalloc's real provider (`GlobalProvider` over a scribbling backend).
+    /// keepalloc's real provider (`GlobalProvider` over a witnessed, scribbling backend).
     Keepalloc,
     /// Negative control: the original racy provider (feature `controls`).
     Racy,
     /// Negative control: a correct once that builds the owner inside the fallible closure
     /// (feature `controls`).
     NaiveRetry,
+    /// Negative control: the hand-off inside a `std::sync::Once`, which never retries
+    /// (feature `controls`).
+    PoisoningOnce,
+    /// Negative control: every racer builds an owner, one wins a compare-and-swap
+    /// (feature `controls`).
+    BuildRace,
+    /// Negative control: a provider that replaces (and frees) its owner when the backend
+    /// runs out of memory (feature `controls`).
+    DropOnOom,
+}
+
+/// Finding kinds, as they appear in result lines.
+pub mod kind {
+    /// More owners were constructed than one (counted by the constructor).
+    pub const SECOND_OWNER: &str = "second-owner";
+    /// Callers got different owners, or the library captured another one.
+    pub const IDENTITY_MISMATCH: &str = "identity-mismatch";
+    /// The library's owner was dropped or freed: its witness reads as the free fill.
+    pub const USE_AFTER_FREE: &str = "use-after-free";
+    /// The library's context holds a live owner that is not the one it captured.
+    pub const OWNER_REBUILT: &str = "owner-rebuilt";
+    /// A caller failed without any attempt being made for it: the once will not retry.
+    pub const NO_RETRY: &str = "no-retry";
 }
 
 impl Variant {
     /// Every variant.
-    pub const ALL: [Variant; 3] = [Variant::Keepalloc, Variant::Racy, Variant::NaiveRetry];
+    pub const ALL: [Variant; 6] = [
+        Variant::Keepalloc,
+        Variant::Racy,
+        Variant::NaiveRetry,
+        Variant::PoisoningOnce,
+        Variant::BuildRace,
+        Variant::DropOnOom,
+    ];
 
-    /// The variant's name (`keepalloc`, `racy`, `naive-retry`).
+    /// The variant's name (`keepalloc`, `racy`, ...).
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Keepalloc => "keepalloc",
             Variant::Racy => "racy",
             Variant::NaiveRetry => "naive-retry",
+            Variant::PoisoningOnce => "poisoning-once",
+            Variant::BuildRace => "build-race",
+            Variant::DropOnOom => "drop-on-oom",
+        }
+    }
+
+    /// One line on what the variant is.
+    pub const fn summary(self) -> &'static str {
+        match self {
+            Variant::Keepalloc => "keepalloc's GlobalProvider, the subject",
+            Variant::Racy => {
+                "ONNX Runtime's original provider: unsynchronised check-then-act, every \
+                 caller rewrites the shared table"
+            }
+            Variant::NaiveRetry => {
+                "a correct once whose owner is built inside the fallible closure and dropped \
+                 when init fails (once_cell's get_or_try_init)"
+            }
+            Variant::PoisoningOnce => {
+                "the hand-off inside std::sync::Once: a failure is final, a panic poisons"
+            }
+            Variant::BuildRace => {
+                "every racer builds an owner, a compare-and-swap installs one, losers drop \
+                 theirs (once_cell::race::OnceBox)"
+            }
+            Variant::DropOnOom => {
+                "a correct once, but the owner is replaced and freed when the backend runs \
+                 out of memory"
+            }
         }
     }
 
@@ -137,16 +256,66 @@ impl Variant {
 
     /// True when the variant applies to `scenario` (see the table in the module docs).
     pub const fn applies_to(self, scenario: Scenario) -> bool {
-        match self {
-            Variant::Keepalloc => true,
-            Variant::Racy => matches!(scenario, Scenario::ColdStart | Scenario::RetryUnderRace),
-            Variant::NaiveRetry => matches!(
-                scenario,
-                Scenario::RetryAfterCapture | Scenario::RetryUnderRace | Scenario::PanicInInit
-            ),
+        !self.signature(scenario).is_empty() || matches!(self, Variant::Keepalloc)
+    }
+
+    /// The finding kinds that are the signature of this control's bug in `scenario`: a run
+    /// catches the control only if it shows one of them. Empty for keepalloc (any finding
+    /// fails it) and for pairs that do not apply.
+    pub const fn signature(self, scenario: Scenario) -> &'static [&'static str] {
+        use Scenario as S;
+        use kind::*;
+        match (self, scenario) {
+            (Variant::Racy, S::ColdStart | S::RetryUnderRace | S::OwnerBuildFailure) => {
+                &[SECOND_OWNER, IDENTITY_MISMATCH, USE_AFTER_FREE]
+            }
+            (Variant::NaiveRetry, S::RetryAfterCapture | S::RetryUnderRace | S::PanicInInit) => {
+                &[SECOND_OWNER, USE_AFTER_FREE]
+            }
+            (
+                Variant::PoisoningOnce,
+                S::RetryAfterCapture | S::PanicInInit | S::OwnerBuildFailure,
+            ) => &[NO_RETRY],
+            (Variant::BuildRace, S::ColdStart | S::OwnerBuildFailure) => &[SECOND_OWNER],
+            (Variant::DropOnOom, S::OutOfMemory) => &[USE_AFTER_FREE, SECOND_OWNER],
+            _ => &[],
         }
     }
 }
+
+/// A deliberately broken `KeepCell` this build was compiled with
+/// (`--cfg keepalloc_cell_mutant="..."`), if any: the keepalloc variant must then FAIL.
+pub const CELL_MUTANT: Option<&str> = if cfg!(keepalloc_cell_mutant = "rebuild_in_place") {
+    Some("rebuild_in_place")
+} else if cfg!(keepalloc_cell_mutant = "drop_on_failure") {
+    Some("drop_on_failure")
+} else {
+    None
+};
+
+/// The scenarios where an attempt fails after the owner exists: where a cell mutant's bug
+/// can show (in the others the first attempt succeeds, and both mutants behave).
+const AFTER_FAILED_ATTEMPTS: &[&str] =
+    &["retry-after-capture", "retry-under-race", "panic-in-init"];
+
+/// Every cell mutant, the finding kinds that must catch it in the keepalloc variant, and
+/// the scenarios where it can show.
+pub const CELL_MUTANTS: [(&str, &[&str], &[&str]); 2] = [
+    // Each attempt writes a new owner over the old one, counted once by the cell.
+    (
+        "rebuild_in_place",
+        &[kind::OWNER_REBUILT],
+        AFTER_FAILED_ATTEMPTS,
+    ),
+    // A failed attempt drops the owner in place; the next builds another in the same slot
+    // (which the witness sees as a rebuild when the next one lands there, and as a use
+    // after free if the library calls in between).
+    (
+        "drop_on_failure",
+        &[kind::OWNER_REBUILT, kind::USE_AFTER_FREE],
+        AFTER_FAILED_ATTEMPTS,
+    ),
+];
 
 /// The allocator one caller got: enough to compare callers and the library's capture.
 #[derive(Clone, Copy, Debug)]
@@ -157,11 +326,14 @@ pub struct Identity {
     pub context: usize,
     /// The table the caller got.
     pub table: &'static AllocatorTable,
+    /// The owner's serial, from its [`Witness`](crate::witness::Witness) (written at
+    /// construction, not by the provider).
+    pub serial: u64,
 }
 
 impl PartialEq for Identity {
     fn eq(&self, other: &Self) -> bool {
-        self.owner == other.owner && self.context == other.context
+        self.owner == other.owner && self.context == other.context && self.serial == other.serial
     }
 }
 impl Eq for Identity {}
@@ -179,8 +351,11 @@ pub trait Subject: Sync + 'static {
     /// initialization; a planned panic unwinds out of this call.
     fn acquire(&'static self, session: &Self::Session) -> Result<Identity, String>;
 
-    /// Owners constructed so far in this process.
-    fn owners_constructed(&'static self) -> u64;
+    /// The allocation-failure gate under the owner's memory (for `out-of-memory`), once an
+    /// owner exists; `None` for a subject that does not run that scenario.
+    fn faults(&'static self) -> Option<&'static Failing<Scribble<System>>> {
+        None
+    }
 
     /// Checks of the subject's own bookkeeping at the end of a scenario (leaks, quarantine);
     /// records findings.
@@ -205,18 +380,42 @@ enum Outcome {
     Failed(String),
     PlannedPanic,
     Panicked(String),
+    /// Failed (by error or panic) without any attempt run for this caller: the once would
+    /// not retry.
+    Refused(String),
 }
 
 fn try_acquire<S: Subject>(subject: &'static S, session: &S::Session) -> Outcome {
-    match catch_unwind(AssertUnwindSafe(|| subject.acquire(session))) {
-        Ok(Ok(id)) => Outcome::Got(id),
+    let before = init_plan::attempts_here();
+    let outcome = match catch_unwind(AssertUnwindSafe(|| subject.acquire(session))) {
+        Ok(Ok(id)) => return Outcome::Got(id),
         Ok(Err(e)) => Outcome::Failed(e),
         Err(p) if p.downcast_ref::<PlannedPanic>().is_some() => Outcome::PlannedPanic,
         Err(p) => Outcome::Panicked(panic_message(&*p)),
+    };
+    // Every failure keepalloc (or any retry-safe once) returns comes from an attempt run on
+    // the failing caller's own thread: an init the plan decided, or an owner construction.
+    // A failure with none is a once that refused to try again.
+    if init_plan::attempts_here() == before {
+        let what = match outcome {
+            Outcome::Failed(e) => e,
+            Outcome::Panicked(m) => format!("panicked: {m}"),
+            _ => "a planned panic without an attempt".into(),
+        };
+        return Outcome::Refused(what);
     }
+    outcome
 }
 
-/// Records one finding per distinct allocator beyond the first among `ids`.
+fn record_refused(what: &str, why: String) {
+    report::record(Finding::invariant(
+        kind::NO_RETRY,
+        format!("{what}: a caller failed without any attempt being made for it: {why}"),
+    ));
+}
+
+/// Records one finding per distinct allocator beyond the first among `ids`: a different
+/// owner is an identity mismatch, the same owner with another serial was rebuilt in place.
 fn check_all_equal(ids: &[Identity], what: &str) {
     let Some(first) = ids.first() else { return };
     let mut distinct: Vec<Identity> = vec![*first];
@@ -225,27 +424,48 @@ fn check_all_equal(ids: &[Identity], what: &str) {
             distinct.push(*id);
         }
     }
-    if distinct.len() > 1 {
+    for other in &distinct[1..] {
+        if other.owner == first.owner && other.context == first.context {
+            report::record(Finding::Violation(Violation {
+                kind: ViolationKind::OwnerRebuilt {
+                    captured: first.serial,
+                    found: other.serial,
+                },
+                address: first.owner,
+                size: 0,
+            }));
+        }
+    }
+    if distinct
+        .iter()
+        .any(|d| d.owner != first.owner || d.context != first.context)
+    {
         report::record(Finding::IdentityMismatch(format!(
             "{what}: {} callers got {} different allocators (owners {})",
             ids.len(),
             distinct.len(),
             distinct
                 .iter()
-                .map(|d| format!("{:#x}", d.owner))
+                .map(|d| format!("{:#x} #{}", d.owner, d.serial))
                 .collect::<Vec<_>>()
                 .join(", ")
         )));
     }
 }
 
-fn check_one_owner<S: Subject>(subject: &'static S) {
-    let owners = subject.owners_constructed();
-    if owners != 1 {
-        report::record(Finding::invariant(
-            "owner-count",
-            format!("{owners} owners were constructed; exactly 1 must be"),
-        ));
+/// Exactly one owner was constructed: counted by the owner's constructor
+/// ([`witness::constructed`]), not by the provider.
+fn check_one_owner() {
+    match witness::constructed() {
+        1 => {}
+        0 => report::record(Finding::invariant(
+            "no-owner",
+            "no owner was constructed, yet callers succeeded",
+        )),
+        n => report::record(Finding::invariant(
+            kind::SECOND_OWNER,
+            format!("{n} owners were constructed; exactly 1 must be"),
+        )),
     }
 }
 
@@ -261,6 +481,16 @@ fn check_captured(id: &Identity) {
                 "the library captured context {:p}, but the published owner's is {:#x}",
                 t.context, id.context
             )))
+        }
+        Some(_) if witness::captured_serial() != id.serial => {
+            report::record(Finding::Violation(Violation {
+                kind: ViolationKind::OwnerRebuilt {
+                    captured: witness::captured_serial(),
+                    found: id.serial,
+                },
+                address: id.owner,
+                size: 0,
+            }))
         }
         Some(_) => {}
     }
@@ -302,8 +532,9 @@ fn check_alloc_64(id: &Identity) {
     }
 }
 
-/// After a scenario: a new session gets `expected`, the library captured it, the library
-/// works through it, and a 64-byte allocation through it works.
+/// After a scenario: the library works through the context it captured, which is the
+/// published owner's, a new session gets `expected`, and a 64-byte allocation through it
+/// works.
 fn check_after<S: Subject>(subject: &'static S, expected: &Identity) {
     check_library();
     check_captured(expected);
@@ -319,11 +550,9 @@ fn check_after<S: Subject>(subject: &'static S, expected: &Identity) {
     }
     match again {
         Outcome::Got(again) if again == *expected => {}
-        Outcome::Got(again) => report::record(Finding::IdentityMismatch(format!(
-            "a new session got owner {:#x}, earlier callers {:#x}",
-            again.owner, expected.owner
-        ))),
+        Outcome::Got(again) => check_all_equal(&[*expected, again], "a new session"),
         Outcome::Failed(e) => report::record(Finding::invariant("acquire-failed", e)),
+        Outcome::Refused(e) => record_refused("a new session", e),
         Outcome::PlannedPanic => report::record(Finding::invariant(
             "acquire-panicked",
             "a planned panic after the cell was published",
@@ -336,9 +565,14 @@ fn check_after<S: Subject>(subject: &'static S, expected: &Identity) {
 /// Releases `threads` threads together from a gate; each makes `attempts` tries at most
 /// until one succeeds. Returns each thread's identity, recording what went wrong.
 fn race<S: Subject>(subject: &'static S, threads: usize, attempts: usize) -> Vec<Identity> {
+    enum End {
+        Got(Identity),
+        Refused(String),
+        Failed(String),
+    }
     let sessions: Vec<S::Session> = (0..threads).map(|_| subject.session()).collect();
     let gate = Barrier::new(threads);
-    let results: Vec<Result<Identity, String>> = std::thread::scope(|scope| {
+    let results: Vec<End> = std::thread::scope(|scope| {
         let handles: Vec<_> = sessions
             .iter()
             .map(|session| {
@@ -349,31 +583,40 @@ fn race<S: Subject>(subject: &'static S, threads: usize, attempts: usize) -> Vec
                     let mut last = String::from("no attempt");
                     for _ in 0..attempts {
                         match try_acquire(subject, session) {
-                            Outcome::Got(id) => return Ok(id),
+                            Outcome::Got(id) => return End::Got(id),
                             Outcome::Failed(e) => last = e,
                             Outcome::PlannedPanic => last = "planned panic".into(),
-                            Outcome::Panicked(m) => return Err(format!("panicked: {m}")),
+                            Outcome::Refused(e) => return End::Refused(e),
+                            Outcome::Panicked(m) => return End::Failed(format!("panicked: {m}")),
                         }
                     }
-                    Err(format!("no success in {attempts} attempts; last: {last}"))
+                    End::Failed(format!("no success in {attempts} attempts; last: {last}"))
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|p| Err(format!("thread panicked: {}", panic_message(&*p))))
+                h.join().unwrap_or_else(|p| {
+                    End::Failed(format!("thread panicked: {}", panic_message(&*p)))
+                })
             })
             .collect()
     });
     // "Drop every provider and handle": the sessions go here; the identities are addresses.
     drop(sessions);
     let mut ids = Vec::with_capacity(threads);
+    let mut refused = 0;
     for r in results {
         match r {
-            Ok(id) => ids.push(id),
-            Err(e) => report::record(Finding::invariant("acquire-failed", e)),
+            End::Got(id) => ids.push(id),
+            End::Refused(e) => {
+                refused += 1;
+                if refused == 1 {
+                    record_refused("the race", e);
+                }
+            }
+            End::Failed(e) => report::record(Finding::invariant("acquire-failed", e)),
         }
     }
     ids
@@ -386,7 +629,7 @@ fn race<S: Subject>(subject: &'static S, threads: usize, attempts: usize) -> Vec
 pub fn cold_start<S: Subject>(subject: &'static S, threads: usize) {
     let ids = race(subject, threads, 1);
     check_all_equal(&ids, "cold start");
-    check_one_owner(subject);
+    check_one_owner();
     if let Some(first) = ids.first() {
         check_after(subject, first);
     }
@@ -407,6 +650,10 @@ pub fn retry_after_capture<S: Subject>(subject: &'static S) {
                 break;
             }
             Outcome::Failed(_) | Outcome::PlannedPanic => failures += 1,
+            Outcome::Refused(e) => {
+                record_refused("retry after capture", e);
+                return;
+            }
             Outcome::Panicked(m) => {
                 report::record(Finding::invariant("acquire-panicked", m));
                 break;
@@ -426,7 +673,7 @@ pub fn retry_after_capture<S: Subject>(subject: &'static S) {
         ));
         return;
     };
-    check_one_owner(subject);
+    check_one_owner();
     check_after(subject, &id);
     subject.final_checks();
 }
@@ -440,7 +687,7 @@ pub fn retry_under_race<S: Subject>(subject: &'static S, threads: usize) {
         report::record(Finding::invariant("plan-not-followed", "no attempt failed"));
     }
     check_all_equal(&ids, "retry under race");
-    check_one_owner(subject);
+    check_one_owner();
     if let Some(first) = ids.first() {
         check_after(subject, first);
     }
@@ -457,17 +704,132 @@ pub fn panic_in_init<S: Subject>(subject: &'static S, threads: usize) {
     });
     match first {
         Outcome::PlannedPanic => {}
-        Outcome::Got(_) | Outcome::Failed(_) => report::record(Finding::invariant(
-            "plan-not-followed",
-            "the first attempt did not panic",
-        )),
+        Outcome::Got(_) | Outcome::Failed(_) | Outcome::Refused(_) => report::record(
+            Finding::invariant("plan-not-followed", "the first attempt did not panic"),
+        ),
         Outcome::Panicked(m) => report::record(Finding::invariant("acquire-panicked", m)),
     }
     let ids = race(subject, threads, 1);
     check_all_equal(&ids, "after a panic");
-    check_one_owner(subject);
+    check_one_owner();
     if let Some(first) = ids.first() {
         check_after(subject, first);
     }
+    subject.final_checks();
+}
+
+/// `owner-build-failure`: the owner's constructor fails the first [`BUILD_FAILURES`] times
+/// (process-wide) while `threads` threads race from a gate, each retrying until it
+/// succeeds; exactly one owner is built, every caller gets it, the library captured it,
+/// and nothing leaks.
+pub fn owner_build_failure<S: Subject>(subject: &'static S, threads: usize) {
+    let ids = race(subject, threads, MAX_ATTEMPTS);
+    let refused = witness::build_refusals();
+    if refused != BUILD_FAILURES {
+        report::record(Finding::invariant(
+            "plan-not-followed",
+            format!("{refused} owner constructions failed, {BUILD_FAILURES} were planned"),
+        ));
+    }
+    check_all_equal(&ids, "after failed constructions");
+    check_one_owner();
+    if let Some(first) = ids.first() {
+        check_after(subject, first);
+    }
+    subject.final_checks();
+}
+
+/// `out-of-memory`: every allocation site of the library's path fails in turn (then every
+/// call from the second on, a byte budget one byte short, and seeded random failures); each
+/// time the library returns a clean `OutOfMemory`, the blocks live in the owner's memory are
+/// back where they were (counted by the scribbling allocator under it, not by the
+/// provider), and a retry without failures succeeds with the right answer, through the
+/// owner the library captured.
+pub fn out_of_memory<S: Subject>(subject: &'static S, seed: u64) {
+    let id = match try_acquire(subject, &subject.session()) {
+        Outcome::Got(id) => id,
+        Outcome::Refused(e) => return record_refused("out of memory", e),
+        Outcome::Failed(e) | Outcome::Panicked(e) => {
+            return report::record(Finding::invariant("acquire-failed", e));
+        }
+        Outcome::PlannedPanic => {
+            return report::record(Finding::invariant("acquire-panicked", "planned panic"));
+        }
+    };
+    let Some(failing) = subject.faults() else {
+        return report::record(Finding::invariant(
+            "harness",
+            "the subject has no allocation-failure gate",
+        ));
+    };
+    let live = || failing.inner().stats().live_blocks;
+    let baseline = live();
+    let expected = library::expected_path();
+
+    let check_clean = |plan: AllocPlan, must_fail: bool| {
+        failing.arm(plan);
+        let result = library::run_path();
+        let refused = failing.failures();
+        failing.disarm();
+        match result {
+            Err(KernelError::OutOfMemory { .. }) if refused > 0 => {}
+            Ok(y) if !must_fail && library::close(&y, &expected) => {}
+            Ok(_) if must_fail => report::record(Finding::invariant(
+                "oom-ignored",
+                format!("plan {plan}: {refused} refusals, yet the path succeeded"),
+            )),
+            other => report::record(Finding::invariant(
+                "oom-not-clean",
+                format!("plan {plan}: {other:?} after {refused} refusals"),
+            )),
+        }
+        let now = live();
+        if now != baseline {
+            report::record(Finding::invariant(
+                "leak",
+                format!("plan {plan}: {now} live blocks, {baseline} before"),
+            ));
+        }
+        match library::run_path() {
+            Ok(y) if library::close(&y, &expected) => {}
+            other => report::record(Finding::invariant(
+                "retry-failed",
+                format!("plan {plan}: the retry gave {other:?}"),
+            )),
+        }
+    };
+
+    // Count the sites and the bytes of a clean run.
+    failing.arm(AllocPlan::Never);
+    let clean = library::run_path();
+    let (sites, bytes) = (failing.calls(), failing.granted_bytes());
+    failing.disarm();
+    if !matches!(&clean, Ok(y) if library::close(y, &expected)) {
+        report::record(Finding::invariant(
+            "library-broken",
+            format!("clean run: {clean:?}"),
+        ));
+    }
+    if sites != PATH_ALLOCATIONS as u64 {
+        report::record(Finding::invariant(
+            "site-count",
+            format!("{sites} allocation calls, {PATH_ALLOCATIONS} expected"),
+        ));
+    }
+    for n in 1..=sites {
+        check_clean(AllocPlan::Nth(n), true);
+    }
+    check_clean(AllocPlan::From(2), true);
+    check_clean(AllocPlan::Budget(bytes - 1), true);
+    check_clean(AllocPlan::Budget(bytes), false);
+    for i in 0..8 {
+        let p = AllocPlan::Probability {
+            p: 0.5,
+            seed: crate::seeds::derive(seed, i),
+        };
+        check_clean(p, false);
+    }
+    check_one_owner();
+    check_after(subject, &id);
     subject.final_checks();
 }

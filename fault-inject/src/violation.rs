@@ -54,6 +54,22 @@ pub enum ViolationKind {
         /// The canary word found.
         found: u64,
     },
+    /// The library's context holds a live owner, but not the one it captured: the owner was
+    /// rebuilt in place (same address, new construction).
+    OwnerRebuilt {
+        /// The serial of the owner the library captured.
+        captured: u64,
+        /// The serial found at the captured context now.
+        found: u64,
+    },
+    /// A callback ran for a live owner at another address than the one the library
+    /// captured: two owners are in use (e.g. two libraries captured different ones).
+    ForeignOwner {
+        /// The serial of the owner the library captured.
+        captured: u64,
+        /// The serial of the owner the callback ran for.
+        found: u64,
+    },
 }
 
 impl ViolationKind {
@@ -72,6 +88,8 @@ impl ViolationKind {
             ViolationKind::WriteAfterFree { .. } => "write-after-free",
             ViolationKind::UseAfterFree { .. } => "use-after-free",
             ViolationKind::CanaryDead { .. } => "canary-dead",
+            ViolationKind::OwnerRebuilt { .. } => "owner-rebuilt",
+            ViolationKind::ForeignOwner { .. } => "identity-mismatch",
         }
     }
 
@@ -82,6 +100,8 @@ impl ViolationKind {
         match self {
             ViolationKind::UseAfterFree { .. } => exit::USE_AFTER_FREE,
             ViolationKind::CanaryDead { .. } => exit::CANARY_DEAD,
+            ViolationKind::OwnerRebuilt { .. } => exit::OWNER_REBUILT,
+            ViolationKind::ForeignOwner { .. } => exit::IDENTITY_MISMATCH,
             ViolationKind::WriteAfterFree { .. } => exit::WRITE_AFTER_FREE,
             ViolationKind::DoubleFree => exit::DOUBLE_FREE,
             ViolationKind::InvalidFree => exit::INVALID_FREE,
@@ -149,6 +169,16 @@ impl fmt::Display for Violation {
                     ": owner canary reads {found:#018x} (corrupted or reused)"
                 )
             }
+            ViolationKind::OwnerRebuilt { captured, found } => write!(
+                f,
+                ": the library captured owner #{captured}, the context now holds owner #{found} \
+                 (rebuilt in place)"
+            ),
+            ViolationKind::ForeignOwner { captured, found } => write!(
+                f,
+                ": the library captured owner #{captured}, but a callback ran for owner \
+                 #{found} at another address"
+            ),
         }
     }
 }

@@ -39,10 +39,10 @@ fn describe(out: &Output) -> String {
 
 #[test]
 fn keepalloc_passes_cold_start_with_the_window_held() {
-    let out = harness("cold-start", "keepalloc", &["--hold-window"]);
+    let out = harness("cold-start", "keepalloc", &["--window", "held"]);
     assert_eq!(out.status.code(), Some(exit::PASS), "{}", describe(&out));
     let line = result_line(&out, "cold-start", "keepalloc");
-    assert!(line.contains("window_held=true status=pass exit=0 detections=none"));
+    assert!(line.contains("window=held status=pass exit=0 detections=none"));
 }
 
 #[test]
@@ -61,7 +61,13 @@ fn bad_arguments_are_a_usage_error() {
 #[cfg(not(feature = "controls"))]
 #[test]
 fn a_default_build_contains_no_control() {
-    for variant in ["racy", "naive-retry"] {
+    for variant in [
+        "racy",
+        "naive-retry",
+        "poisoning-once",
+        "build-race",
+        "drop-on-oom",
+    ] {
         let out = harness("retry-under-race", variant, &[]);
         assert_eq!(
             out.status.code(),
@@ -99,7 +105,7 @@ fn racy_is_caught_with_the_window_held() {
     // Caught in >= 99.8% of runs with the window held; five independent runs all missing
     // would take odds below 1e-13.
     let caught = (0..5).any(|_| {
-        let out = harness("cold-start", "racy", &["--hold-window"]);
+        let out = harness("cold-start", "racy", &["--window", "held"]);
         out.status.code() == Some(exit::USE_AFTER_FREE)
             || out.status.code() == Some(exit::IDENTITY_MISMATCH)
     });
@@ -116,4 +122,76 @@ fn controls_do_not_run_where_they_do_not_apply() {
         "{}",
         describe(&out)
     );
+}
+
+/// Runs `scenario` against `variant` and returns the detections of its result line.
+#[cfg(feature = "controls")]
+fn detections(scenario: &str, variant: &str, extra: &[&str]) -> Vec<String> {
+    let out = harness(scenario, variant, extra);
+    let line = result_line(&out, scenario, variant);
+    line.rsplit("detections=")
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(feature = "controls")]
+#[test]
+fn poisoning_once_is_caught_by_no_retry() {
+    for scenario in [
+        "retry-after-capture",
+        "panic-in-init",
+        "owner-build-failure",
+    ] {
+        let found = detections(scenario, "poisoning-once", &[]);
+        assert!(
+            found.iter().any(|k| k == "no-retry"),
+            "{scenario}: {found:?}"
+        );
+        assert!(
+            !found.iter().any(|k| k == "use-after-free"),
+            "{scenario}: {found:?}"
+        );
+    }
+}
+
+#[cfg(feature = "controls")]
+#[test]
+fn build_race_is_caught_by_its_second_owner() {
+    let found = detections("owner-build-failure", "build-race", &["--window", "held"]);
+    assert_eq!(found, ["second-owner"]);
+}
+
+#[cfg(feature = "controls")]
+#[test]
+fn drop_on_oom_is_caught_using_the_owner_it_replaced() {
+    let out = harness("out-of-memory", "drop-on-oom", &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit::USE_AFTER_FREE),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn the_catalog_lists_every_scenario_with_a_control() {
+    let out = Command::new(env!("CARGO_BIN_EXE_keepalloc-harness"))
+        .arg("--list")
+        .output()
+        .expect("spawn keepalloc-harness");
+    assert!(out.status.success(), "{}", describe(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = list["rows"].as_array().expect("rows");
+    for s in list["scenarios"].as_array().expect("scenarios") {
+        let name = s["name"].as_str().unwrap();
+        let controls = rows
+            .iter()
+            .filter(|r| r["scenario"] == name && r["variant"] != "keepalloc")
+            .count();
+        assert!(controls >= 1, "scenario {name} has no control");
+    }
+    assert_eq!(list["exit_codes"]["owner-rebuilt"], exit::OWNER_REBUILT);
 }

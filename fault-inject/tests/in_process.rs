@@ -6,7 +6,7 @@
 use keepalloc_fault_inject::delay::{self, Delay, Point};
 use keepalloc_fault_inject::keepalloc::PROVIDER;
 use keepalloc_fault_inject::scenario::{Scenario, Variant};
-use keepalloc_fault_inject::{init_plan, report, run_scenario};
+use keepalloc_fault_inject::{init_plan, report, run_scenario, witness};
 
 fn main() {
     init_plan::quiet_planned_panics();
@@ -23,6 +23,9 @@ fn main() {
         plan.failures() + 1,
         "one attempt published"
     );
+    // The witnesses (counted outside the provider) and the provider's own counters agree.
+    assert_eq!(witness::constructed(), 1);
+    assert_eq!(init_plan::hook_successes(), 1);
     let stats = PROVIDER.stats();
     assert_eq!(stats.owners_constructed, 1, "{stats:?}");
     assert_eq!(stats.init_successes, 1, "{stats:?}");

@@ -2,34 +2,42 @@
 //! and prints one result line.
 //!
 //! ```text
-//! keepalloc-harness --scenario NAME --variant keepalloc|racy|naive-retry
-//!                   [--seed N] [--threads N] [--hold-window[=DELAY]] [--delay POINT=DELAY]
+//! keepalloc-harness --list
+//! keepalloc-harness --scenario NAME --variant NAME
+//!                   [--seed N] [--threads N] [--window held|yield|bare] [--delay POINT=DELAY]
 //! ```
+//!
+//! `--list` prints the catalog (scenarios, variants, windows, the pairs that apply with
+//! their signatures, cell mutants, exit codes) as one JSON object: the campaign reads it
+//! instead of keeping its own copy.
 //!
 //! Exit codes are those of `keepalloc_fault_inject::report::exit` (0 pass, 10–17 memory
 //! violations, 20 identity mismatch, 21 other broken promise, 3 variant not built, 4 not
 //! applicable, 1 harness error, 2 usage); a death by signal is classified by the parent.
 
-use keepalloc_fault_inject::delay::{self, Delay, Point};
+use keepalloc_fault_inject::delay::{self, Delay, Point, Window};
 use keepalloc_fault_inject::report::{self, RunInfo, exit};
 use keepalloc_fault_inject::scenario::{Scenario, Variant};
-use keepalloc_fault_inject::{NotRun, init_plan, run_scenario};
+use keepalloc_fault_inject::{NotRun, catalog, init_plan, run_scenario};
 
 const USAGE: &str = "\
-usage: keepalloc-harness --scenario NAME --variant VARIANT [options]
+usage: keepalloc-harness --list
+       keepalloc-harness --scenario NAME --variant VARIANT [options]
 
+  --list                  print the catalog as JSON (scenarios, variants, windows, the
+                          pairs that apply and their signatures, cell mutants, exit codes)
   --scenario NAME         cold-start | retry-after-capture | retry-under-race |
-                          panic-in-init | out-of-memory
-  --variant VARIANT       keepalloc | racy | naive-retry (controls need feature `controls`)
+                          panic-in-init | owner-build-failure | out-of-memory
+  --variant VARIANT       keepalloc | racy | naive-retry | poisoning-once | build-race |
+                          drop-on-oom (controls need feature `controls`)
   --seed N                seed of the failure plans (default 0)
   --threads N             threads of the racing scenarios (default 32)
-  --hold-window[=DELAY]   hold the race windows open: check-to-store (default
-                          gather:500us) and after-capture (default sleep:500us); not
-                          before-capture, which would let every racy writer finish before
-                          the library copies the table and so hide the race
+  --window MODE           held: race windows held open (gather:500us at check-to-store,
+                          sleep:500us after capture); yield: one yield_now there; bare:
+                          no delay (default)
   --delay POINT=DELAY     one point: check-to-store | before-capture | after-capture |
                           after-gate; DELAY: none | yield:N | spin:N | sleep:Nus |
-                          gather:Nus
+                          gather:Nus (the window is then reported as `custom`)
 ";
 
 fn usage(message: &str) -> ! {
@@ -42,7 +50,8 @@ fn main() {
     let mut variant = None;
     let mut seed = 0u64;
     let mut threads = 32usize;
-    let mut window_held = false;
+    let mut window = Window::Bare;
+    let mut custom = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let (key, inline) = match arg.split_once('=') {
@@ -56,6 +65,10 @@ fn main() {
                 .unwrap_or_else(|| usage(&format!("{name} needs a value")))
         };
         match key.as_str() {
+            "--list" => {
+                println!("{}", catalog::to_json());
+                return;
+            }
             "--scenario" => {
                 let v = value("--scenario");
                 scenario = Some(
@@ -79,20 +92,10 @@ fn main() {
                     .filter(|&t| t > 0)
                     .unwrap_or_else(|| usage("--threads takes a positive integer"))
             }
-            "--hold-window" => {
-                // Bare: the race window gathers, the capture window sleeps. With a value:
-                // that one delay at every hold point (to measure other delays).
-                let (race, capture) = match inline {
-                    Some(spec) => {
-                        let d = Delay::parse(&spec)
-                            .unwrap_or_else(|| usage(&format!("bad delay `{spec}`")));
-                        (d, d)
-                    }
-                    None => (Delay::HOLD_RACE, Delay::HOLD),
-                };
-                window_held = race != Delay::None || capture != Delay::None;
-                delay::set_delay(Point::CheckToStore, race);
-                delay::set_delay(Point::AfterCapture, capture);
+            "--window" => {
+                let v = value("--window");
+                window = Window::parse(&v)
+                    .unwrap_or_else(|| usage(&format!("--window held|yield|bare, not `{v}`")));
             }
             "--delay" => {
                 let spec = value("--delay");
@@ -100,8 +103,8 @@ fn main() {
                     .split_once('=')
                     .and_then(|(p, d)| Some((Point::parse(p)?, Delay::parse(d)?)))
                     .unwrap_or_else(|| usage(&format!("bad --delay `{spec}`")));
+                custom = true;
                 delay::set_delay(point, d);
-                window_held |= d != Delay::None;
             }
             "--help" | "-h" => {
                 print!("{USAGE}");
@@ -112,12 +115,16 @@ fn main() {
     }
     let scenario = scenario.unwrap_or_else(|| usage("--scenario is required"));
     let variant = variant.unwrap_or_else(|| usage("--variant is required"));
+    // Explicit delays win over the window's.
+    if !custom {
+        window.install();
+    }
     report::set_run(RunInfo {
         scenario: scenario.name().to_string(),
         variant: variant.name().to_string(),
         seed,
         threads,
-        window_held,
+        window: if custom { "custom" } else { window.name() }.to_string(),
     });
     init_plan::quiet_planned_panics();
     let ran = std::panic::catch_unwind(|| run_scenario(scenario, variant, threads, seed));

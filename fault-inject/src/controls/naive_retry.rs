@@ -55,7 +55,7 @@ impl Subject for NaiveRetry {
 
     fn acquire(&'static self, _: &()) -> Result<Identity, String> {
         let (owner, table) = ONCE.get_or_try_init(|| {
-            let owner = CanaryOwner::boxed();
+            let owner = CanaryOwner::try_boxed().map_err(|e| e.to_string())?;
             // Each attempt publishes a table for its own owner (leaked: a few words per
             // attempt, so that the `&'static` the library is given stays valid).
             let table: &'static AllocatorTable = Box::leak(Box::new(CanaryOwner::table(&*owner)));
@@ -66,10 +66,7 @@ impl Subject for NaiveRetry {
             owner: owner as *const CanaryOwner as usize,
             context: table.context as usize,
             table,
+            serial: owner.serial(),
         })
-    }
-
-    fn owners_constructed(&'static self) -> u64 {
-        CanaryOwner::constructed()
     }
 }

@@ -1,17 +1,14 @@
 //! The controls' allocator owner: lives in scribbled, quarantined memory and carries a
-//! canary that every table callback checks before touching anything else.
+//! [`Witness`] that every table callback checks before touching anything else.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use allocator_api2::boxed::Box as ABox;
 use keepalloc_allocators::{AllocatorTable, System};
 
+use crate::failing::Failing;
 use crate::scribble::{Scribble, ScribbleConfig};
-use crate::violation::{Violation, ViolationKind};
-
-/// The canary of a live owner ("keepallo" in ASCII).
-pub const CANARY: u64 = 0x6b65_6570_616c_6c6f;
+use crate::witness::{self, BuildRefused, Witness};
 
 /// Where owners live: a scribbling allocator, so a freed owner reads as 0x55 bytes and stays
 /// in quarantine instead of being reused by the next owner (without the quarantine the next
@@ -19,47 +16,56 @@ pub const CANARY: u64 = 0x6b65_6570_616c_6c6f;
 /// *works*).
 pub static OWNER_HEAP: Scribble<System> = Scribble::new(System, ScribbleConfig::DEFAULT);
 
-/// Where a live owner's blocks come from (the memory the library allocates through it).
-pub static DATA_HEAP: Scribble<System> = Scribble::new(System, ScribbleConfig::DEFAULT);
+/// Where a live owner's blocks come from (the memory the library allocates through it):
+/// scribbled, and able to fail on plan, as keepalloc's own backend.
+pub static DATA_HEAP: Failing<Scribble<System>> =
+    Failing::new(Scribble::new(System, ScribbleConfig::DEFAULT));
 
 static DATA_TABLE: AllocatorTable = AllocatorTable::for_allocator(&DATA_HEAP);
 
-static CONSTRUCTED: AtomicU64 = AtomicU64::new(0);
+/// What a control does when its data heap refuses an allocation (called with the owner's
+/// address, from inside the callback, which touches the owner no more afterwards).
+pub type OnRefusal = fn(*const CanaryOwner);
 
 /// A control's allocator owner (what ONNX Runtime's provider kept in a `shared_ptr`).
-/// `#[repr(C)]` so the canary is the first word: the callbacks read it through the raw
-/// context pointer before anything else.
+/// `#[repr(C)]` so the witness comes first: the callbacks read it through the raw context
+/// pointer before anything else.
 #[repr(C)]
 #[derive(Debug)]
 pub struct CanaryOwner {
-    canary: u64,
-    serial: u64,
+    witness: Witness,
     heap: &'static AllocatorTable,
+    on_refusal: Option<OnRefusal>,
 }
 
 /// A control's owner, boxed in [`OWNER_HEAP`].
 pub type OwnerBox = ABox<CanaryOwner, &'static Scribble<System>>;
 
 impl CanaryOwner {
-    /// Constructs an owner in [`OWNER_HEAP`].
-    pub fn boxed() -> OwnerBox {
-        let serial = CONSTRUCTED.fetch_add(1, Relaxed) + 1;
-        ABox::new_in(
+    /// Constructs an owner in [`OWNER_HEAP`] (counted and numbered by [`witness`]), or fails
+    /// as the build plan says.
+    pub fn try_boxed() -> Result<OwnerBox, BuildRefused> {
+        Self::try_boxed_with(None)
+    }
+
+    /// As [`try_boxed`](Self::try_boxed), with a reaction to allocation refusals.
+    pub fn try_boxed_with(on_refusal: Option<OnRefusal>) -> Result<OwnerBox, BuildRefused> {
+        Ok(ABox::new_in(
             CanaryOwner {
-                canary: CANARY,
-                serial,
+                witness: Witness::try_new()?,
                 heap: &DATA_TABLE,
+                on_refusal,
             },
             &OWNER_HEAP,
-        )
+        ))
     }
 
-    /// Owners constructed so far in this process.
-    pub fn constructed() -> u64 {
-        CONSTRUCTED.load(Relaxed)
+    /// The owner's serial (1 for the first owner constructed in the process).
+    pub fn serial(&self) -> u64 {
+        self.witness.serial()
     }
 
-    /// A table whose `context` is `owner` and whose functions are the canary-checking
+    /// A table whose `context` is `owner` and whose functions are the witness-checking
     /// callbacks.
     pub const fn table(owner: *const CanaryOwner) -> AllocatorTable {
         AllocatorTable {
@@ -73,54 +79,46 @@ impl CanaryOwner {
     }
 }
 
-/// The owner behind `context`, if its canary is intact. A dead canary is reported through
-/// [`OWNER_HEAP`]'s policy: under `Abort` the process ends here with the one-line report; under
-/// `Record` the callback fails (NULL / no-op) without touching the dead owner any further.
+/// The serial of the owner at `owner`, read without judging it (for identities; a freed
+/// owner reads as the free fill).
+///
+/// # Safety
+/// `owner` points to a `CanaryOwner` from [`OWNER_HEAP`], live or in quarantine.
+pub unsafe fn serial_at(owner: *const CanaryOwner) -> u64 {
+    // SAFETY: readable per the caller's promise.
+    unsafe { (*owner.cast::<Witness>()).serial() }
+}
+
+/// The owner behind `context`, after its witness was checked (a betrayed owner ends the run
+/// inside [`witness::check`]).
 ///
 /// # Safety
 /// `context` is the address of a `CanaryOwner` that was constructed in `OWNER_HEAP` (live,
 /// or freed and still in quarantine, which is what this check exists to find).
-unsafe fn check(context: *mut c_void) -> Option<&'static CanaryOwner> {
+unsafe fn owner(context: *mut c_void) -> &'static CanaryOwner {
     let owner = context as *const CanaryOwner;
-    // The first word of the block is readable whether the owner is live or in
-    // quarantine (the scribbling allocator has not given a quarantined block back); a
-    // volatile read so the check is not assumed away for a "live" reference.
-    // SAFETY: the word is readable whether the owner is live or quarantined.
-    let canary = unsafe { core::ptr::addr_of!((*owner).canary).read_volatile() };
-    if canary == CANARY {
-        // The canary is intact, so the owner is live (an owner is only ever freed
-        // through `OWNER_HEAP`, which overwrites it with the free fill).
-        // SAFETY: the canary is intact, so the owner is live.
-        return Some(unsafe { &*owner });
-    }
-    let fill = u64::from_ne_bytes([OWNER_HEAP.config().free_fill; 8]);
-    let kind = if canary == fill {
-        ViolationKind::UseAfterFree { found: canary }
-    } else {
-        ViolationKind::CanaryDead { found: canary }
-    };
-    OWNER_HEAP.report(Violation {
-        kind,
-        address: context as usize,
-        size: size_of::<CanaryOwner>(),
-    });
-    None
+    // SAFETY: the witness is the first field and readable (caller's promise).
+    unsafe { witness::check(owner.cast(), size_of::<CanaryOwner>()) };
+    // The witness is live and the one captured, so the owner is live (an owner is only
+    // ever freed through `OWNER_HEAP`, which overwrites it with the free fill).
+    // SAFETY: the owner is live.
+    unsafe { &*owner }
 }
 
-impl CanaryOwner {
-    /// The owner's serial number (1 for the first owner constructed in the process).
-    pub fn serial(&self) -> u64 {
-        self.serial
+/// Calls the owner's reaction when `result` is a refusal.
+fn after(context: *mut c_void, o: &CanaryOwner, result: *mut c_void) -> *mut c_void {
+    if let (true, Some(react)) = (result.is_null(), o.on_refusal) {
+        react(context as *const CanaryOwner);
     }
+    result
 }
 
 unsafe extern "C" fn canary_allocate(context: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: a canary table's context is always a `CanaryOwner` from `OWNER_HEAP`.
-    match unsafe { check(context) } {
-        // SAFETY: the owner's heap table is a `for_allocator` table.
-        Some(o) => unsafe { o.heap.allocate.expect("complete")(o.heap.context, size) },
-        None => core::ptr::null_mut(),
-    }
+    let o = unsafe { owner(context) };
+    // SAFETY: the owner's heap table is a `for_allocator` table.
+    let p = unsafe { o.heap.allocate.expect("complete")(o.heap.context, size) };
+    after(context, o, p)
 }
 
 unsafe extern "C" fn canary_aligned_allocate(
@@ -129,13 +127,10 @@ unsafe extern "C" fn canary_aligned_allocate(
     size: usize,
 ) -> *mut c_void {
     // SAFETY: as in `canary_allocate`.
-    match unsafe { check(context) } {
-        // SAFETY: the owner's heap table is a `for_allocator` table.
-        Some(o) => unsafe {
-            o.heap.aligned_allocate.expect("complete")(o.heap.context, alignment, size)
-        },
-        None => core::ptr::null_mut(),
-    }
+    let o = unsafe { owner(context) };
+    // SAFETY: the owner's heap table is a `for_allocator` table.
+    let p = unsafe { o.heap.aligned_allocate.expect("complete")(o.heap.context, alignment, size) };
+    after(context, o, p)
 }
 
 unsafe extern "C" fn canary_reallocate(
@@ -144,21 +139,19 @@ unsafe extern "C" fn canary_reallocate(
     size: usize,
 ) -> *mut c_void {
     // SAFETY: as in `canary_allocate`.
-    match unsafe { check(context) } {
-        // The owner's heap table is a `for_allocator` table; `pointer` is the
-        // caller's block of it.
-        // SAFETY: a `for_allocator` table and one of its blocks.
-        Some(o) => unsafe { o.heap.reallocate.expect("complete")(o.heap.context, pointer, size) },
-        None => core::ptr::null_mut(),
-    }
+    let o = unsafe { owner(context) };
+    // The owner's heap table is a `for_allocator` table; `pointer` is the caller's block
+    // of it.
+    // SAFETY: a `for_allocator` table and one of its blocks.
+    let p = unsafe { o.heap.reallocate.expect("complete")(o.heap.context, pointer, size) };
+    if size == 0 { p } else { after(context, o, p) }
 }
 
 unsafe extern "C" fn canary_deallocate(context: *mut c_void, pointer: *mut c_void) {
     // SAFETY: as in `canary_allocate`.
-    if let Some(o) = unsafe { check(context) } {
-        // The owner's heap table is a `for_allocator` table; `pointer` is the
-        // caller's block of it (its free functions are interchangeable).
-        // SAFETY: a `for_allocator` table and one of its blocks.
-        unsafe { o.heap.deallocate.expect("complete")(o.heap.context, pointer) }
-    }
+    let o = unsafe { owner(context) };
+    // The owner's heap table is a `for_allocator` table; `pointer` is the caller's block of
+    // it (its free functions are interchangeable).
+    // SAFETY: a `for_allocator` table and one of its blocks.
+    unsafe { o.heap.deallocate.expect("complete")(o.heap.context, pointer) }
 }

@@ -19,7 +19,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use allocator_api2::boxed::Box as ABox;
 use keepalloc_allocators::AllocatorTable;
 
-use super::owner::{CanaryOwner, OWNER_HEAP};
+use super::owner::{CanaryOwner, OWNER_HEAP, serial_at};
 use crate::delay::{Point, delay};
 use crate::init_plan::{Reinit, planned_initialize};
 use crate::scenario::{Identity, Subject};
@@ -54,7 +54,7 @@ impl Subject for Racy {
         if STORED.load(Ordering::Acquire).is_null() {
             // The race window: another caller can pass the same check now.
             delay(Point::CheckToStore);
-            let owner = ABox::into_raw(CanaryOwner::boxed());
+            let owner = ABox::into_raw(CanaryOwner::try_boxed().map_err(|e| e.to_string())?);
             let replaced = STORED.swap(owner, Ordering::AcqRel);
             if !replaced.is_null() {
                 // `replaced` came from `ABox::into_raw` of an owner in OWNER_HEAP and
@@ -80,10 +80,9 @@ impl Subject for Racy {
             owner: owner as usize,
             context: owner as usize,
             table,
+            // SAFETY: `owner` came from `STORED`: an owner of OWNER_HEAP, live or (the bug)
+            // freed into its quarantine.
+            serial: unsafe { serial_at(owner) },
         })
-    }
-
-    fn owners_constructed(&'static self) -> u64 {
-        CanaryOwner::constructed()
     }
 }
