@@ -17,7 +17,7 @@ mod ctools;
 
 use std::path::PathBuf;
 
-use ctools::{CONTROLS, Dirs, Toolchain};
+use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain};
 
 /// The foundation tests, by file stem; `every_c_test_is_listed` keeps this in step with
 /// the directory.
@@ -29,6 +29,14 @@ const TESTS: &[&str] = &[
     "invalid_argument",
     "table_contract",
 ];
+
+/// The foundation tests no negative control is for, and why. Every other test must be able
+/// to fail: some control in `CONTROLS` must be caught by it (`every_c_test_can_fail`).
+const UNCONTROLLED: &[(&str, &str)] = &[(
+    "header_cxx17",
+    "the header from C++17: its static_asserts are checked by the compiler, and its run is \
+     the smoke test of acquire_race, whose control is the racy provider",
+)];
 
 fn dirs() -> Dirs {
     Dirs::from_capi(&PathBuf::from(env!("CARGO_MANIFEST_DIR")))
@@ -117,17 +125,280 @@ fn header_compiles_alone_as_c_and_cxx() {
 }
 
 /// The tests can fail: each negative control (a broken `keepalloc.h` implementation) is
-/// caught by the tests that exist for its bug.
+/// caught by the tests that exist for its bug, each by the signature of that bug (the check it
+/// breaks, or the signal in the step it is in). Every control is run; all misses are reported.
 #[test]
 fn negative_controls_are_caught() {
     let (tc, dirs) = (Toolchain::from_env(), dirs());
+    let mut misses = Vec::new();
     for control in CONTROLS {
-        for test in control.caught_by {
-            let reason = ctools::run_control(&tc, &dirs, control, test, &out_dir("controls"))
-                .unwrap_or_else(|e| panic!("{e}"));
-            println!(
-                "control {}: {test} failed as it must: {reason}",
-                control.name
+        for catch in control.caught_by {
+            match ctools::run_control(&tc, &dirs, control, catch, &out_dir("controls")) {
+                Ok(reason) => println!(
+                    "control {} ({}): {} failed as it must: {reason}",
+                    control.name, control.breaks, catch.test
+                ),
+                Err(e) => misses.push(e),
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{}", misses.join("\n\n"));
+}
+
+/// The bug-free build of each control file passes every test its controls must fail: a
+/// control is caught for its one bug, not for the rest of its file.
+#[test]
+fn control_baselines_pass() {
+    let (tc, dirs) = (Toolchain::from_env(), dirs());
+    let mut failures = Vec::new();
+    for baseline in BASELINES {
+        for test in baseline.tests() {
+            match ctools::run_baseline(&tc, &dirs, baseline, test, &out_dir("controls")) {
+                Ok(line) => println!("baseline {}: {line}", baseline.source),
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The judge of a control's run accepts only the signature of its bug: another check, a
+/// signal in another step, a CHECK before the signal, a pass or a timeout is never a catch.
+#[test]
+fn only_the_signature_is_a_catch() {
+    let outcome = |code: Option<i32>, signal: Option<i32>, stderr: &str| ctools::Outcome {
+        passed: code == Some(0),
+        status: format!("{code:?}/{signal:?}"),
+        code,
+        signal,
+        timed_out: false,
+        stdout: String::new(),
+        stderr: stderr.to_owned(),
+    };
+    let check = Signature::Check("s.owners_constructed == 1");
+    assert!(check.matches(&outcome(
+        Some(1),
+        None,
+        "t.c:9: CHECK failed: s.owners_constructed == 1"
+    )));
+    assert!(check.matches(&outcome(
+        Some(1),
+        None,
+        "step: x\nt.c:9: CHECK failed: s.owners_constructed == 1 (2 != 1)\nother"
+    )));
+    for miss in [
+        outcome(Some(0), None, ""),
+        outcome(
+            Some(1),
+            None,
+            "t.c:9: CHECK failed: s.owners_constructed == 10",
+        ),
+        outcome(
+            Some(1),
+            None,
+            "t.c:9: CHECK failed: s.init_attempts == 1 (2 != 1)",
+        ),
+        outcome(
+            Some(1),
+            None,
+            "t.c:5: CHECK failed: x\nt.c:9: CHECK failed: s.owners_constructed == 1",
+        ),
+        outcome(
+            Some(2),
+            None,
+            "t.c:9: CHECK failed: s.owners_constructed == 1",
+        ),
+        outcome(None, Some(ctools::SIGSEGV), ""),
+        outcome(Some(101), None, "build error"),
+    ] {
+        assert!(!check.matches(&miss), "{check} accepted {miss:?}");
+    }
+
+    let segv = Signature::Signal {
+        signal: ctools::SIGSEGV,
+        step: "keepalloc_get_stats(NULL)",
+    };
+    assert!(segv.matches(&outcome(
+        None,
+        Some(ctools::SIGSEGV),
+        "step: before\nstep: keepalloc_get_stats(NULL)\n"
+    )));
+    for miss in [
+        outcome(
+            None,
+            Some(ctools::SIGSEGV),
+            "step: keepalloc_get_stats(NULL)\nstep: after\n",
+        ),
+        outcome(None, Some(ctools::SIGSEGV), ""),
+        outcome(None, Some(6), "step: keepalloc_get_stats(NULL)\n"),
+        outcome(
+            Some(1),
+            None,
+            "step: keepalloc_get_stats(NULL)\nt.c:1: CHECK failed: x\n",
+        ),
+        outcome(
+            None,
+            Some(ctools::SIGSEGV),
+            "t.c:1: CHECK failed: x\nstep: keepalloc_get_stats(NULL)\n",
+        ),
+    ] {
+        assert!(!segv.matches(&miss), "{segv} accepted {miss:?}");
+    }
+
+    // A hang (here a script whose forked child sleeps) is killed with its process group
+    // and judged a timeout, which no signature accepts.
+    let dir = out_dir("timeout");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("hang.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho 'step: keepalloc_get_stats(NULL)' >&2\nsleep 60\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let start = std::time::Instant::now();
+    let hung =
+        ctools::run_with_timeout(&script, &[], std::time::Duration::from_millis(300)).unwrap();
+    assert!(hung.timed_out && !hung.passed, "{hung:?}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(30),
+        "the sleeping child was not killed"
+    );
+    assert_eq!(hung.last_step(), Some("keepalloc_get_stats(NULL)"));
+    let as_if_segv = ctools::Outcome {
+        signal: Some(ctools::SIGSEGV),
+        ..hung
+    };
+    assert!(
+        !segv.matches(&as_if_segv),
+        "a timeout was taken for a catch"
+    );
+}
+
+/// Every C test is caught by some control, except the few in `UNCONTROLLED` (with a reason).
+#[test]
+fn every_c_test_can_fail() {
+    for test in TESTS {
+        let caught = CONTROLS
+            .iter()
+            .any(|c| c.caught_by.iter().any(|catch| catch.test == *test));
+        let exempt = UNCONTROLLED.iter().any(|(name, _)| name == test);
+        assert!(
+            caught != exempt,
+            "{test}: {}",
+            if caught {
+                "has a control, so it should leave UNCONTROLLED"
+            } else {
+                "no control in CONTROLS is caught by it: nothing shows that it can fail"
+            }
+        );
+    }
+    for (name, _) in UNCONTROLLED {
+        assert!(
+            TESTS.contains(name),
+            "UNCONTROLLED names {name}, not a test"
+        );
+    }
+}
+
+/// `text` with every run of whitespace made one space (as the preprocessor's `#` does).
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The control table agrees with the files, without compiling anything: each control's
+/// source exists and documents exactly the listed modes, each test it names exists, and each
+/// signature names a `CHECK` or `STEP` that occurs exactly once in that test (so a catch
+/// pins one check, not any of several).
+#[test]
+fn control_table_matches_the_sources() {
+    let dirs = dirs();
+    let read = |path: PathBuf| {
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let mut names: Vec<&str> = CONTROLS.iter().map(|c| c.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), CONTROLS.len(), "two controls share a name");
+
+    let mut sources: Vec<&str> = CONTROLS.iter().map(|c| c.source).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    for source in &sources {
+        let text = read(dirs.controls().join(source));
+        let mut documented: Vec<&str> = text
+            .split("-D")
+            .skip(1)
+            .filter_map(|rest| {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                Some(&rest[..end]).filter(|name| name.starts_with("KEEPALLOC_CONTROL_"))
+            })
+            .collect();
+        documented.sort_unstable();
+        documented.dedup();
+        let mut listed: Vec<&str> = CONTROLS
+            .iter()
+            .filter(|c| c.source == *source)
+            .map(|c| c.define)
+            .chain(
+                BASELINES
+                    .iter()
+                    .filter(|b| b.source == *source)
+                    .map(|b| b.define),
+            )
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(
+            documented, listed,
+            "the modes {source} documents (-D...) and CONTROLS/BASELINES disagree"
+        );
+        for define in &listed {
+            assert!(
+                text.contains(&format!("#ifdef {define}"))
+                    || text.contains(&format!("defined({define})")),
+                "{source} never tests {define}"
+            );
+        }
+    }
+    for baseline in BASELINES {
+        assert!(
+            sources.contains(&baseline.source),
+            "baseline {} has no controls",
+            baseline.source
+        );
+    }
+
+    for control in CONTROLS {
+        assert!(
+            !control.caught_by.is_empty(),
+            "control {} is caught by nothing",
+            control.name
+        );
+        for catch in control.caught_by {
+            assert!(
+                TESTS.contains(&catch.test),
+                "control {} names {}, not a test",
+                control.name,
+                catch.test
+            );
+            let test = squeeze(&read(dirs.tests().join(format!("{}.c", catch.test))));
+            let (needle, alternative) = match catch.by {
+                Signature::Check(condition) => (
+                    format!("CHECK({condition});"),
+                    condition
+                        .split_once(" == ")
+                        .map(|(a, b)| format!("CHECK_EQ_U64({a}, {b});")),
+                ),
+                Signature::Signal { step, .. } => (format!("STEP(\"{step}\");"), None),
+            };
+            let count = test.matches(&needle).count()
+                + alternative.map_or(0, |alt| test.matches(&alt).count());
+            assert_eq!(
+                count, 1,
+                "control {}: {} must contain `{needle}` exactly once (found {count})",
+                control.name, catch.test
             );
         }
     }

@@ -2,8 +2,10 @@
  * check.h — the assertion and thread helpers shared by keepalloc's C tests.
  *
  * Every test is its own program (the provider is process-wide, so each test needs a fresh
- * process). A failed CHECK prints the file, line and condition and exits with status 1;
- * a passing test prints "ok: <name>" and returns 0.
+ * process). A failed CHECK prints "<file>:<line>: CHECK failed: <condition>" and exits with
+ * status 1; a passing test prints "ok: <name>" and returns 0. The negative controls are
+ * judged by that text (or by STEP and the signal), so a condition a control is caught by
+ * must be unique within its test.
  */
 #ifndef KEEPALLOC_TEST_CHECK_H
 #define KEEPALLOC_TEST_CHECK_H
@@ -31,6 +33,11 @@
       exit(1);                                                                   \
     }                                                                            \
   } while (0)
+
+/* Names the step the test is about to run, on stderr (unbuffered, so the line is out before
+ * anything in the step can crash). A test killed by a signal died in its LAST step: the
+ * runner checks that a negative control that must crash does so in the step its bug is in. */
+#define STEP(name) fprintf(stderr, "step: %s\n", name)
 
 /* Checks pthread calls (they return an error number instead of setting errno). */
 #define CHECK_PTHREAD(call)                                                      \

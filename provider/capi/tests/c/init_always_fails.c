@@ -36,9 +36,9 @@ static const keepalloc_table* const sentinel = (const keepalloc_table*)(uintptr_
 static void* hammer(void* arg) {
   (void)arg;
   for (int i = 0; i < PER_THREAD; i++) {
-    const keepalloc_table* out = sentinel;
-    CHECK(keepalloc_acquire(always_fails, NULL, &out) == KEEPALLOC_INIT_FAILED);
-    CHECK(out == sentinel);
+    const keepalloc_table* thread_out = sentinel;
+    CHECK(keepalloc_acquire(always_fails, NULL, &thread_out) == KEEPALLOC_INIT_FAILED);
+    CHECK(thread_out == sentinel);
   }
   return NULL;
 }
@@ -48,10 +48,10 @@ int main(void) {
     const keepalloc_table* out = sentinel;
     CHECK(keepalloc_acquire(always_fails, NULL, &out) == KEEPALLOC_INIT_FAILED);
     CHECK(out == sentinel);
-    keepalloc_stats s = stats_now();
-    CHECK_EQ_U64(s.owners_constructed, 1);
-    CHECK_EQ_U64(s.init_successes, 0);
-    CHECK_EQ_U64(s.init_attempts, (uint64_t)i + 1);
+    keepalloc_stats after_failure = stats_now();
+    CHECK_EQ_U64(after_failure.owners_constructed, 1);
+    CHECK_EQ_U64(after_failure.init_successes, 0);
+    CHECK_EQ_U64(after_failure.init_attempts, (uint64_t)i + 1);
   }
 
   pthread_t threads[THREADS];

@@ -44,10 +44,10 @@ static void sequential(void) {
     const keepalloc_table* out = sentinel;
     CHECK(keepalloc_acquire(failing_hook, &log, &out) == KEEPALLOC_INIT_FAILED);
     CHECK(out == sentinel);
-    keepalloc_stats s = stats_now();
-    CHECK_EQ_U64(s.owners_constructed, 1);
-    CHECK_EQ_U64(s.init_attempts, (uint64_t)attempt + 1);
-    CHECK_EQ_U64(s.init_successes, 0);
+    keepalloc_stats after_failure = stats_now();
+    CHECK_EQ_U64(after_failure.owners_constructed, 1);
+    CHECK_EQ_U64(after_failure.init_attempts, (uint64_t)attempt + 1);
+    CHECK_EQ_U64(after_failure.init_successes, 0);
   }
   CHECK(atomic_load(&log.calls) == FAILURES);
 

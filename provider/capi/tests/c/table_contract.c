@@ -4,6 +4,12 @@
  * aligned_deallocate, NULL frees, bad alignments and overflowing sizes return NULL, a
  * reallocate keeps contents (and a failed one keeps the old block), and live_bytes returns
  * to its baseline once everything is freed.
+ *
+ * Each clause has a negative control in controls/broken_contract.c that must fail HERE, at
+ * the check for that clause (CONTROLS in tests/support/ctools.rs names it): so the checked
+ * conditions are unique, and a clause whose violation could crash is checked before
+ * anything that would crash on it (a failed reallocate's old block is checked before it is
+ * touched again; huge sizes come before any reallocate can be handed one).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,6 +55,18 @@ int main(void) {
   CHECK(s.live_bytes >= base.live_bytes + 100);
   CHECK(s.peak_bytes >= s.live_bytes);
 
+  /* Sizes that overflow once the block header is added return NULL and count nothing. */
+  keepalloc_stats before_huge = stats_now();
+  CHECK(t->allocate(ctx, SIZE_MAX) == NULL);
+  CHECK(t->allocate(ctx, SIZE_MAX - 15) == NULL);
+  CHECK(t->allocate(ctx, (size_t)PTRDIFF_MAX) == NULL);
+  CHECK(t->aligned_allocate(ctx, 64, SIZE_MAX) == NULL);
+  CHECK(t->aligned_allocate(ctx, 4096, SIZE_MAX - 100) == NULL);
+  CHECK(t->reallocate(ctx, NULL, SIZE_MAX) == NULL);
+  keepalloc_stats after_huge = stats_now();
+  CHECK_EQ_U64(after_huge.allocations, before_huge.allocations);
+  CHECK_EQ_U64(after_huge.live_bytes, before_huge.live_bytes);
+
   /* reallocate grows and shrinks, keeping contents and 16-byte alignment. */
   a = t->reallocate(ctx, a, 10000);
   CHECK(a != NULL && aligned(a, 16));
@@ -58,11 +76,18 @@ int main(void) {
   CHECK(a != NULL && aligned(a, 16));
   CHECK(filled(a, 40, 2));
 
-  /* A failed reallocate returns NULL and leaves the old block valid and unchanged. */
-  CHECK(t->reallocate(ctx, a, SIZE_MAX) == NULL);
-  CHECK(t->reallocate(ctx, a, SIZE_MAX - 8) == NULL);
-  CHECK(t->reallocate(ctx, a, (size_t)PTRDIFF_MAX) == NULL);
-  CHECK(filled(a, 40, 2));
+  /* A failed reallocate returns NULL and leaves the old block valid and unchanged, checked
+     after every failure, before the block is used again (a freed block must not be). */
+  keepalloc_stats before_failed_realloc = stats_now();
+  static const size_t too_big[] = {SIZE_MAX, SIZE_MAX - 8, (size_t)PTRDIFF_MAX};
+  for (size_t i = 0; i < sizeof too_big / sizeof too_big[0]; i++) {
+    unsigned char* const kept = a;
+    CHECK(t->reallocate(ctx, kept, too_big[i]) == NULL);
+    CHECK(filled(kept, 40, 2));
+  }
+  keepalloc_stats after_failed_realloc = stats_now();
+  CHECK_EQ_U64(after_failed_realloc.deallocations, before_failed_realloc.deallocations);
+  CHECK_EQ_U64(after_failed_realloc.live_bytes, before_failed_realloc.live_bytes);
 
   /* reallocate(NULL, n) allocates. */
   unsigned char* b = t->reallocate(ctx, NULL, 64);
@@ -71,8 +96,11 @@ int main(void) {
 
   /* NULL frees are no-ops and count nothing. */
   keepalloc_stats before_null = stats_now();
+  STEP("deallocate(ctx, NULL)");
   t->deallocate(ctx, NULL);
+  STEP("aligned_deallocate(ctx, NULL)");
   t->aligned_deallocate(ctx, NULL);
+  STEP("checks after the NULL frees");
   keepalloc_stats after_null = stats_now();
   CHECK(memcmp(&before_null, &after_null, sizeof before_null) == 0);
 
@@ -104,14 +132,6 @@ int main(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     CHECK(t->aligned_allocate(ctx, bad[i], 64) == NULL);
   }
-
-  /* Sizes that overflow once the block header is added return NULL. */
-  CHECK(t->allocate(ctx, SIZE_MAX) == NULL);
-  CHECK(t->allocate(ctx, SIZE_MAX - 15) == NULL);
-  CHECK(t->allocate(ctx, (size_t)PTRDIFF_MAX) == NULL);
-  CHECK(t->aligned_allocate(ctx, 64, SIZE_MAX) == NULL);
-  CHECK(t->aligned_allocate(ctx, 4096, SIZE_MAX - 100) == NULL);
-  CHECK(t->reallocate(ctx, NULL, SIZE_MAX) == NULL);
   keepalloc_stats after_bad = stats_now();
   CHECK_EQ_U64(after_bad.allocations, before_bad.allocations);
   CHECK_EQ_U64(after_bad.live_bytes, before_bad.live_bytes);

@@ -8,13 +8,18 @@
 //! each) and runs in its own process, because the provider it tests is process-wide. The
 //! negative controls in `tests/c/controls/` are deliberately broken implementations of
 //! `keepalloc.h`, linked instead of `libkeepalloc.a`; the tests named in [`CONTROLS`] must
-//! FAIL against them.
+//! FAIL against them, and fail by the [`Signature`] of the control's bug (the check it
+//! breaks, or the signal it causes in the step it is in). Any other failure is inconclusive
+//! and an error, never a catch. The bug-free [`BASELINES`] of those files must PASS the same
+//! tests, so a control fails by its one bug and by nothing else in its file.
 #![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// Flags for every C file: C11, warnings are errors.
 pub const C_FLAGS: &[&str] = &[
@@ -79,30 +84,327 @@ pub const HEADER_CHECKS: &[(Lang, &[&str])] = &[
     (Lang::Cxx, &["-std=c++11", "-Wold-style-cast"]),
 ];
 
+/// SIGSEGV (11 on Linux, the BSDs and macOS): what a store or load through NULL dies of.
+pub const SIGSEGV: i32 = 11;
+
+/// What `CHECK` in `tests/c/check.h` prints before the condition.
+const CHECK_FAILED: &str = "CHECK failed: ";
+
+/// What `STEP` in `tests/c/check.h` prints before the step's name.
+const STEP_PREFIX: &str = "step: ";
+
+/// How long one control's test may run. The C tests finish in milliseconds; this only turns a
+/// hang into an error (a control "caught" by a timeout is inconclusive, never a catch).
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How a negative control must make a test fail: the signature of its bug.
+#[derive(Clone, Copy, Debug)]
+pub enum Signature {
+    /// Exit status 1 from the `CHECK` whose condition reads exactly this: the first
+    /// `CHECK failed: <condition>` line on stderr (for `CHECK_EQ_U64(a, b)` the condition is
+    /// `a == b`, followed there by the two values in parentheses).
+    Check(&'static str),
+    /// Killed by `signal` in `step` (the last `step: <step>` line on stderr, see `STEP` in
+    /// `check.h`), with no `CHECK` failed before it.
+    Signal {
+        /// The signal number, e.g. [`SIGSEGV`].
+        signal: i32,
+        /// The name given to `STEP` in the test.
+        step: &'static str,
+    },
+}
+
+impl Signature {
+    /// Whether `outcome` is this failure.
+    pub fn matches(&self, outcome: &Outcome) -> bool {
+        if outcome.passed || outcome.timed_out {
+            return false;
+        }
+        match *self {
+            Signature::Check(condition) => {
+                outcome.code == Some(1)
+                    && outcome.failed_check().is_some_and(|failed| {
+                        failed == condition
+                            || failed
+                                .strip_prefix(condition)
+                                .is_some_and(|rest| rest.starts_with(" ("))
+                    })
+            }
+            Signature::Signal { signal, step } => {
+                outcome.signal == Some(signal)
+                    && outcome.failed_check().is_none()
+                    && outcome.last_step() == Some(step)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Signature::Check(condition) => write!(f, "`{CHECK_FAILED}{condition}`"),
+            Signature::Signal { signal, step } => {
+                write!(f, "{} in step `{step}`", signal_name(*signal))
+            }
+        }
+    }
+}
+
+/// A test that must catch a control, and how.
+#[derive(Clone, Copy, Debug)]
+pub struct Catch {
+    /// The C test (file stem in `tests/c/`).
+    pub test: &'static str,
+    /// The failure that is the signature of the control's bug in that test.
+    pub by: Signature,
+}
+
 /// A negative control: a broken `keepalloc.h` implementation and the tests that must catch it.
 #[derive(Clone, Copy, Debug)]
 pub struct Control {
     /// Short name.
     pub name: &'static str,
-    /// The `-D` that selects it in `controls/broken_provider.c`.
+    /// The file in `tests/c/controls/` it is a mode of.
+    pub source: &'static str,
+    /// The `-D` that selects it in [`source`](Self::source).
     pub define: &'static str,
-    /// The C tests (file stems) that must fail against it.
-    pub caught_by: &'static [&'static str],
+    /// What it breaks.
+    pub breaks: &'static str,
+    /// The C tests that must fail against it, each by the signature of its bug.
+    pub caught_by: &'static [Catch],
 }
+
+/// `broken_provider.c`: the broken ONCE.
+const BROKEN_PROVIDER: &str = "broken_provider.c";
+/// `broken_contract.c`: a correct once with one clause of the table's or the arguments'
+/// contract broken.
+const BROKEN_CONTRACT: &str = "broken_contract.c";
 
 /// Every negative control and the tests that must fail against it.
 pub const CONTROLS: &[Control] = &[
     Control {
         name: "racy",
+        source: BROKEN_PROVIDER,
         define: "KEEPALLOC_CONTROL_RACY",
-        caught_by: &["acquire_race"],
+        breaks: "owner creation is an unsynchronised check-then-store (ORT #32461)",
+        caught_by: &[Catch {
+            test: "acquire_race",
+            by: Signature::Check("atomic_load(&hook_calls) == 1"),
+        }],
     },
     Control {
         name: "naive-retry",
+        source: BROKEN_PROVIDER,
         define: "KEEPALLOC_CONTROL_NAIVE_RETRY",
-        caught_by: &["init_retry", "init_always_fails"],
+        breaks: "a failed init drops the owner and the retry builds another",
+        caught_by: &[
+            Catch {
+                test: "init_retry",
+                by: Signature::Check("after_failure.owners_constructed == 1"),
+            },
+            Catch {
+                test: "init_always_fails",
+                by: Signature::Check("after_failure.owners_constructed == 1"),
+            },
+        ],
+    },
+    Control {
+        name: "size-overflow",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_SIZE_OVERFLOW",
+        breaks: "NULL on failure: size + header wraps, allocate(SIZE_MAX) returns a tiny block",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("t->allocate(ctx, SIZE_MAX) == NULL"),
+        }],
+    },
+    Control {
+        name: "realloc-no-copy",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_REALLOC_NO_COPY",
+        breaks: "reallocate keeps contents: a block that moves loses them",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("filled(a, 100, 1)"),
+        }],
+    },
+    Control {
+        name: "realloc-frees-on-failure",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_REALLOC_FREES_ON_FAILURE",
+        breaks: "a failed reallocate keeps the old block: it frees it",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("filled(kept, 40, 2)"),
+        }],
+    },
+    Control {
+        name: "free-null-crashes",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_FREE_NULL_CRASHES",
+        breaks: "freeing NULL is a no-op: deallocate(NULL) reads the header at NULL - 16",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Signal {
+                signal: SIGSEGV,
+                step: "deallocate(ctx, NULL)",
+            },
+        }],
+    },
+    Control {
+        name: "ignores-alignment",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_IGNORES_ALIGNMENT",
+        breaks: "aligned_allocate honours the alignment: it returns allocate's 16-aligned block",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("aligned(blocks[i], alignments[i])"),
+        }],
+    },
+    Control {
+        name: "bad-alignment-accepted",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_BAD_ALIGNMENT_ACCEPTED",
+        breaks: "the alignment must be a power of two: 0 and 3 are raised to 16 before the check",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("t->aligned_allocate(ctx, bad[i], 64) == NULL"),
+        }],
+    },
+    Control {
+        name: "zero-size-null",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_ZERO_SIZE_NULL",
+        breaks: "size 0 returns a unique block: allocate(0) returns NULL",
+        caught_by: &[Catch {
+            test: "table_contract",
+            by: Signature::Check("z1 != NULL && z2 != NULL && z3 != NULL"),
+        }],
+    },
+    Control {
+        name: "null-out-written",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_NULL_OUT_WRITTEN",
+        breaks: "a NULL out_table is refused: acquire stores the table through it",
+        caught_by: &[Catch {
+            test: "invalid_argument",
+            by: Signature::Signal {
+                signal: SIGSEGV,
+                step: "keepalloc_acquire(..., NULL) before publication",
+            },
+        }],
+    },
+    Control {
+        name: "null-out-ok",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_NULL_OUT_OK",
+        breaks: "a NULL out_table is refused: acquire does the work and returns KEEPALLOC_OK",
+        caught_by: &[Catch {
+            test: "invalid_argument",
+            by: Signature::Check(
+                "keepalloc_acquire(counting_hook, NULL, NULL) == KEEPALLOC_INVALID_ARGUMENT",
+            ),
+        }],
+    },
+    Control {
+        name: "null-out-checked-late",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_NULL_OUT_CHECKED_LATE",
+        breaks: "a NULL out_table changes nothing: it is refused only after the hook ran",
+        caught_by: &[Catch {
+            test: "invalid_argument",
+            by: Signature::Check("hook_calls == 0"),
+        }],
+    },
+    Control {
+        name: "fast-path-unchecked",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_FAST_PATH_UNCHECKED",
+        breaks: "a NULL out_table is refused after publication: the fast path stores through it",
+        caught_by: &[Catch {
+            test: "invalid_argument",
+            by: Signature::Signal {
+                signal: SIGSEGV,
+                step: "keepalloc_acquire(..., NULL) after publication",
+            },
+        }],
+    },
+    Control {
+        name: "stats-null-written",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_STATS_NULL_WRITTEN",
+        breaks: "keepalloc_get_stats(NULL) is a no-op: it stores through NULL",
+        caught_by: &[Catch {
+            test: "invalid_argument",
+            by: Signature::Signal {
+                signal: SIGSEGV,
+                step: "keepalloc_get_stats(NULL)",
+            },
+        }],
+    },
+    Control {
+        name: "out-written-on-failure",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_OUT_WRITTEN_ON_FAILURE",
+        breaks: "on failure *out_table is untouched: it is stored before the hook ran",
+        caught_by: &[
+            Catch {
+                test: "init_always_fails",
+                by: Signature::Check("out == sentinel"),
+            },
+            Catch {
+                test: "init_retry",
+                by: Signature::Check("out == sentinel"),
+            },
+        ],
     },
 ];
+
+/// The bug-free build of a control file. Every test that catches one of its controls must
+/// PASS against it: the control then fails by its one bug, not by the rest of the file.
+#[derive(Clone, Copy, Debug)]
+pub struct Baseline {
+    /// The file in `tests/c/controls/`.
+    pub source: &'static str,
+    /// The `-D` that breaks nothing.
+    pub define: &'static str,
+}
+
+/// The control files that have a bug-free build (`broken_provider.c` has none: its once IS
+/// the bug).
+pub const BASELINES: &[Baseline] = &[Baseline {
+    source: BROKEN_CONTRACT,
+    define: "KEEPALLOC_CONTROL_BASELINE",
+}];
+
+impl Baseline {
+    /// The tests it must pass: those that catch a control of the same file, sorted.
+    pub fn tests(&self) -> Vec<&'static str> {
+        let mut tests: Vec<&'static str> = CONTROLS
+            .iter()
+            .filter(|c| c.source == self.source)
+            .flat_map(|c| c.caught_by.iter().map(|catch| catch.test))
+            .collect();
+        tests.sort_unstable();
+        tests.dedup();
+        tests
+    }
+}
+
+/// A signal's name, for messages.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        SIGSEGV => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    format!("{name} (signal {signal})")
+}
 
 /// C or C++.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +480,11 @@ impl Dirs {
         self.capi.join("tests/c")
     }
 
+    /// `provider/capi/tests/c/controls`.
+    pub fn controls(&self) -> PathBuf {
+        self.tests().join("controls")
+    }
+
     /// `provider/capi/examples`.
     pub fn examples(&self) -> PathBuf {
         self.capi.join("examples")
@@ -251,8 +558,14 @@ pub fn checked_output(cmd: &mut Command) -> Result<String, String> {
 pub struct Outcome {
     /// Exit status 0.
     pub passed: bool,
-    /// The status as text (`exit status: 1`, `signal: 11`...).
+    /// The status as text (`exit status: 1`, `signal: 11 (SIGSEGV)`...).
     pub status: String,
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// Killed by the runner after its time limit (then `passed` is false).
+    pub timed_out: bool,
     /// Captured stdout.
     pub stdout: String,
     /// Captured stderr.
@@ -260,18 +573,77 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The first line of stderr (the failed CHECK), or the status.
-    pub fn reason(&self) -> String {
+    /// From a finished [`Command::output`].
+    pub fn from_output(out: &std::process::Output) -> Outcome {
+        Outcome::new(
+            out.status,
+            false,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn new(status: ExitStatus, timed_out: bool, stdout: String, stderr: String) -> Outcome {
+        #[cfg(unix)]
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        #[cfg(not(unix))]
+        let signal = None;
+        Outcome {
+            passed: status.success() && !timed_out,
+            status: status.to_string(),
+            code: status.code(),
+            signal,
+            timed_out,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The condition of the first failed `CHECK` on stderr (what follows `CHECK failed: `).
+    pub fn failed_check(&self) -> Option<&str> {
+        self.stderr.lines().find_map(|line| {
+            line.split_once(CHECK_FAILED)
+                .map(|(_, condition)| condition)
+        })
+    }
+
+    /// The last `STEP` the test announced on stderr.
+    pub fn last_step(&self) -> Option<&str> {
         self.stderr
             .lines()
-            .next()
+            .rev()
+            .find_map(|line| line.strip_prefix(STEP_PREFIX))
+    }
+
+    /// Why it failed, in one line: the timeout, the signal (and the step it came in), the
+    /// failed CHECK, else the first line of stderr, else the status.
+    pub fn reason(&self) -> String {
+        let step = self
+            .last_step()
+            .map(|step| format!(" in step `{step}`"))
+            .unwrap_or_default();
+        if self.timed_out {
+            return format!("timed out{step}, killed");
+        }
+        if let Some(signal) = self.signal {
+            return format!("killed by {}{step}", signal_name(signal));
+        }
+        self.stderr
+            .lines()
+            .find(|line| line.contains(CHECK_FAILED))
+            .or_else(|| {
+                self.stderr
+                    .lines()
+                    .find(|line| !line.starts_with(STEP_PREFIX))
+            })
             .map(str::to_owned)
             .unwrap_or_else(|| self.status.clone())
     }
 
     /// Everything, for an error message.
     pub fn describe(&self, what: &str) -> String {
-        let mut s = format!("{what}: {}\n", self.status);
+        let timed_out = if self.timed_out { " (timed out)" } else { "" };
+        let mut s = format!("{what}: {}{timed_out}\n", self.status);
         let _ = write!(s, "--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr);
         s
     }
@@ -284,12 +656,69 @@ pub fn run(bin: &Path, env: &[(&str, &str)]) -> Result<Outcome, String> {
     let out = cmd
         .output()
         .map_err(|e| format!("could not start {}: {e}", bin.display()))?;
-    Ok(Outcome {
-        passed: out.status.success(),
-        status: out.status.to_string(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
+    Ok(Outcome::from_output(&out))
+}
+
+/// Runs `bin` like [`run`], in its own process group, and kills the group (the program and
+/// any child it forked) when it has not finished within `limit`: then the outcome says
+/// `timed_out`.
+pub fn run_with_timeout(
+    bin: &Path,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Result<Outcome, String> {
+    let mut cmd = Command::new(bin);
+    cmd.envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", bin.display()))?;
+    let collect = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = collect(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = collect(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let wait_error = |e: std::io::Error| format!("waiting for {}: {e}", bin.display());
+    let (status, timed_out) = loop {
+        if let Some(status) = child.try_wait().map_err(wait_error)? {
+            break (status, false);
+        }
+        if Instant::now() >= deadline {
+            // The whole group: a forked child would keep the pipes open.
+            #[cfg(unix)]
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            break (child.wait().map_err(wait_error)?, true);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(Outcome::new(status, timed_out, stdout, stderr))
 }
 
 /// The foundation tests: every `*.c` / `*.cpp` directly in `tests/c`, sorted.
@@ -371,38 +800,104 @@ pub fn check_header(tc: &Toolchain, dirs: &Dirs, out_dir: &Path) -> Result<Vec<S
     Ok(lines)
 }
 
-/// Builds the foundation test `test` against the negative control and runs it. `Ok` holds
-/// the failure it reported (what catching the bug looks like); `Err` when it did not fail.
-pub fn run_control(
+/// Builds the C test `test` on the control file `source` (in `tests/c/controls/`) with
+/// `-D<define>`, instead of `libkeepalloc.a`, into `out`.
+fn build_on_control(
     tc: &Toolchain,
     dirs: &Dirs,
-    control: &Control,
     test: &str,
-    out_dir: &Path,
-) -> Result<String, String> {
-    let out = out_dir.join(format!("{test}-control-{}", control.name));
+    source: &str,
+    define: &str,
+    out: &Path,
+) -> Result<(), String> {
     compile(
         tc,
         dirs,
         &Program {
             sources: vec![
                 dirs.tests().join(format!("{test}.c")),
-                dirs.tests().join("controls/broken_provider.c"),
+                dirs.controls().join(source),
             ],
-            defines: vec![control.define.to_owned()],
+            defines: vec![define.to_owned()],
             includes: vec![],
             link: vec!["-lpthread".into()],
-            out: out.clone(),
+            out: out.to_path_buf(),
         },
-    )?;
-    let outcome = run(&out, &[])?;
+    )
+    .map_err(|e| {
+        format!("cannot build {test} on {source} -D{define} (a build error is never a catch)\n{e}")
+    })
+}
+
+/// Builds the C test `catch.test` against the negative control and runs it. `Ok` holds the
+/// failure it reported when that failure is the signature of the control's bug
+/// (`catch.by`); `Err` when the test passed, or failed some other way: another check,
+/// another signal, a timeout or a build error is inconclusive, never a catch.
+pub fn run_control(
+    tc: &Toolchain,
+    dirs: &Dirs,
+    control: &Control,
+    catch: &Catch,
+    out_dir: &Path,
+) -> Result<String, String> {
+    let test = catch.test;
+    let out = out_dir.join(format!("{test}-control-{}", control.name));
+    build_on_control(tc, dirs, test, control.source, control.define, &out)?;
+    let outcome = run_with_timeout(&out, &[], CONTROL_TIMEOUT)?;
     if outcome.passed {
         Err(format!(
-            "{test} PASSED against the broken `{}` control: it cannot catch the bug it is for\n{}",
+            "{test} PASSED against the broken `{}` control ({}): it cannot catch the bug it \
+             is for\n{}",
             control.name,
+            control.breaks,
             outcome.describe(test)
         ))
-    } else {
+    } else if catch.by.matches(&outcome) {
         Ok(outcome.reason())
+    } else {
+        Err(format!(
+            "{test} failed against the `{}` control ({}), but not by the signature of its bug: \
+             expected {}, got {}. Inconclusive: that is no catch.\n{}",
+            control.name,
+            control.breaks,
+            catch.by,
+            outcome.reason(),
+            outcome.describe(test)
+        ))
+    }
+}
+
+/// Builds the C test `test` against the bug-free `baseline` and runs it: `Ok` with its
+/// `ok:` line when it passed, `Err` when it did not (then the controls of that file fail
+/// for more than their one bug, and their catches prove nothing).
+pub fn run_baseline(
+    tc: &Toolchain,
+    dirs: &Dirs,
+    baseline: &Baseline,
+    test: &str,
+    out_dir: &Path,
+) -> Result<String, String> {
+    let out = out_dir.join(format!(
+        "{test}-baseline-{}",
+        stem(Path::new(baseline.source))
+    ));
+    build_on_control(tc, dirs, test, baseline.source, baseline.define, &out)?;
+    let outcome = run_with_timeout(&out, &[], CONTROL_TIMEOUT)?;
+    if outcome.passed {
+        Ok(outcome
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("ok:"))
+            .unwrap_or("ok")
+            .to_owned())
+    } else {
+        Err(format!(
+            "{test} FAILED against the bug-free baseline of {} (-D{}): {}. Its controls \
+             would fail for more than their one bug.\n{}",
+            baseline.source,
+            baseline.define,
+            outcome.reason(),
+            outcome.describe(test)
+        ))
     }
 }
