@@ -54,9 +54,14 @@ pub struct Mutant {
     pub scenarios: &'static [&'static str],
 }
 
+/// The version of the `--list` format and of the result line it describes.
+pub const CONTRACT: u32 = 1;
+
 /// Everything `--list` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct Catalog {
+    /// [`CONTRACT`]: a campaign refuses a harness of another version.
+    pub contract: u32,
     /// The cell mutant this build was compiled with, if any.
     pub cell_mutant: Option<Mutant>,
     /// Every scenario.
@@ -84,6 +89,7 @@ pub fn catalog() -> Catalog {
         })
         .collect();
     Catalog {
+        contract: CONTRACT,
         cell_mutant: CELL_MUTANT.and_then(|m| mutants.iter().find(|x| x.name == m).cloned()),
         scenarios: Scenario::ALL
             .iter()

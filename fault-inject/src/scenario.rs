@@ -307,12 +307,13 @@ pub const CELL_MUTANTS: [(&str, &[&str], &[&str]); 2] = [
         &[kind::OWNER_REBUILT],
         AFTER_FAILED_ATTEMPTS,
     ),
-    // A failed attempt drops the owner in place; the next builds another in the same slot
-    // (which the witness sees as a rebuild when the next one lands there, and as a use
-    // after free if the library calls in between).
+    // A failed attempt drops the owner in place; the next builds another in the same slot.
+    // When the library uses its capture between the two it is a use after free (one thread:
+    // retry-after-capture, panic-in-init); under a race another thread often rebuilds the
+    // slot first, and the library then finds a stranger where its owner was.
     (
         "drop_on_failure",
-        &[kind::OWNER_REBUILT, kind::USE_AFTER_FREE],
+        &[kind::USE_AFTER_FREE, kind::OWNER_REBUILT],
         AFTER_FAILED_ATTEMPTS,
     ),
 ];
@@ -407,6 +408,28 @@ fn try_acquire<S: Subject>(subject: &'static S, session: &S::Session) -> Outcome
     outcome
 }
 
+/// After a failed attempt: the library may already hold the table (it captured it before
+/// the attempt failed), and nothing stops it from allocating through it before the retry.
+/// It does so here: one small block through its captured copy, whose callback checks the
+/// owner's witness (a dropped owner ends the run as a use after free).
+fn library_uses_its_capture() {
+    let Some(t) = keepalloc_kernels::captured_table() else {
+        return;
+    };
+    let (Some(allocate), Some(deallocate)) = (t.allocate, t.deallocate) else {
+        return;
+    };
+    // The captured table keeps the xnn_allocator contract; the block is freed at once and
+    // never touched.
+    // SAFETY: a contract-keeping table; one block, freed once.
+    unsafe {
+        let p = allocate(t.context, 16);
+        if !p.is_null() {
+            deallocate(t.context, p);
+        }
+    }
+}
+
 fn record_refused(what: &str, why: String) {
     report::record(Finding::invariant(
         kind::NO_RETRY,
@@ -424,13 +447,21 @@ fn check_all_equal(ids: &[Identity], what: &str) {
             distinct.push(*id);
         }
     }
+    let freed = u64::from_ne_bytes([witness::DROPPED_FILL; 8]);
     for other in &distinct[1..] {
         if other.owner == first.owner && other.context == first.context {
-            report::record(Finding::Violation(Violation {
-                kind: ViolationKind::OwnerRebuilt {
+            // The same owner read with two serials: rebuilt in place, unless one of the
+            // reads found the free fill (the owner was freed under that caller).
+            let kind = if other.serial == freed || first.serial == freed {
+                ViolationKind::UseAfterFree { found: freed }
+            } else {
+                ViolationKind::OwnerRebuilt {
                     captured: first.serial,
                     found: other.serial,
-                },
+                }
+            };
+            report::record(Finding::Violation(Violation {
+                kind,
                 address: first.owner,
                 size: 0,
             }));
@@ -584,8 +615,14 @@ fn race<S: Subject>(subject: &'static S, threads: usize, attempts: usize) -> Vec
                     for _ in 0..attempts {
                         match try_acquire(subject, session) {
                             Outcome::Got(id) => return End::Got(id),
-                            Outcome::Failed(e) => last = e,
-                            Outcome::PlannedPanic => last = "planned panic".into(),
+                            Outcome::Failed(e) => {
+                                library_uses_its_capture();
+                                last = e;
+                            }
+                            Outcome::PlannedPanic => {
+                                library_uses_its_capture();
+                                last = "planned panic".into();
+                            }
                             Outcome::Refused(e) => return End::Refused(e),
                             Outcome::Panicked(m) => return End::Failed(format!("panicked: {m}")),
                         }
@@ -649,7 +686,10 @@ pub fn retry_after_capture<S: Subject>(subject: &'static S) {
                 got = Some(id);
                 break;
             }
-            Outcome::Failed(_) | Outcome::PlannedPanic => failures += 1,
+            Outcome::Failed(_) | Outcome::PlannedPanic => {
+                failures += 1;
+                library_uses_its_capture();
+            }
             Outcome::Refused(e) => {
                 record_refused("retry after capture", e);
                 return;
@@ -703,7 +743,7 @@ pub fn panic_in_init<S: Subject>(subject: &'static S, threads: usize) {
             .unwrap_or_else(|p| Outcome::Panicked(panic_message(&*p)))
     });
     match first {
-        Outcome::PlannedPanic => {}
+        Outcome::PlannedPanic => library_uses_its_capture(),
         Outcome::Got(_) | Outcome::Failed(_) | Outcome::Refused(_) => report::record(
             Finding::invariant("plan-not-followed", "the first attempt did not panic"),
         ),

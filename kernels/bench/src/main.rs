@@ -20,6 +20,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use peers::{Data, Lib};
 
 /// The issue's shapes, (M, K, N).
@@ -80,6 +81,45 @@ impl Row {
     }
 }
 
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "keepalloc-kernels-bench",
+    about = "keepalloc-kernels against XNNPACK, OpenBLAS, matrixmultiply and gemm on the \
+             issue's fully-connected shapes, single-threaded"
+)]
+struct Cli {
+    /// Also write the results as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
+    json: Option<String>,
+    /// Where to draw the SVG chart.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "target/bench/fully_connected.svg"
+    )]
+    svg: String,
+    /// Shorter timing (about 120 ms of samples a library and shape instead of 400 ms).
+    #[arg(long)]
+    quick: bool,
+    /// Only these libraries, comma-separated, any case: keepalloc, XNNPACK, OpenBLAS,
+    /// matrixmultiply, gemm [default: all].
+    #[arg(long, value_name = "a,b", value_delimiter = ',')]
+    libs: Option<Vec<String>>,
+    /// Only these shapes, comma-separated [default: the issue's eleven].
+    #[arg(long, value_name = "MxKxN,...", value_delimiter = ',', value_parser = parse_shape)]
+    shapes: Option<Vec<(usize, usize, usize)>>,
+}
+
+/// `MxKxN`, each positive.
+fn parse_shape(s: &str) -> Result<(usize, usize, usize), String> {
+    let dims: Vec<usize> = s.split('x').filter_map(|v| v.parse().ok()).collect();
+    match dims[..] {
+        [m, k, n] if m > 0 && k > 0 && n > 0 => Ok((m, k, n)),
+        _ => Err(format!("bad shape `{s}`, want MxKxN")),
+    }
+}
+
 struct Options {
     json: Option<String>,
     svg: String,
@@ -88,50 +128,22 @@ struct Options {
     shapes: Vec<(usize, usize, usize)>,
 }
 
-fn parse() -> Result<Options, String> {
-    let mut o = Options {
-        json: None,
-        svg: "target/bench/fully_connected.svg".into(),
-        budget: Duration::from_millis(400),
-        libs: Lib::ALL.to_vec(),
-        shapes: SHAPES.to_vec(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = || args.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--json" => o.json = Some(value()?),
-            "--svg" => o.svg = value()?,
-            "--quick" => o.budget = Duration::from_millis(120),
-            "--libs" => {
-                let v = value()?;
-                o.libs = Lib::ALL
+impl From<Cli> for Options {
+    fn from(cli: Cli) -> Options {
+        Options {
+            json: cli.json,
+            svg: cli.svg,
+            budget: Duration::from_millis(if cli.quick { 120 } else { 400 }),
+            libs: match cli.libs {
+                Some(names) => Lib::ALL
                     .into_iter()
-                    .filter(|l| v.split(',').any(|s| s.eq_ignore_ascii_case(l.name())))
-                    .collect();
-            }
-            "--shapes" => {
-                o.shapes = value()?
-                    .split(',')
-                    .map(|s| {
-                        let d: Vec<usize> = s.split('x').filter_map(|v| v.parse().ok()).collect();
-                        match d[..] {
-                            [m, k, n] if m > 0 && k > 0 && n > 0 => Ok((m, k, n)),
-                            _ => Err(format!("bad shape `{s}`, want MxKxN")),
-                        }
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "-h" | "--help" => {
-                println!(
-                    "usage: keepalloc-kernels-bench [--json PATH] [--svg PATH] [--quick] [--libs a,b] [--shapes MxKxN,...]"
-                );
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown option `{other}`")),
+                    .filter(|l| names.iter().any(|s| s.eq_ignore_ascii_case(l.name())))
+                    .collect(),
+                None => Lib::ALL.to_vec(),
+            },
+            shapes: cli.shapes.unwrap_or_else(|| SHAPES.to_vec()),
         }
     }
-    Ok(o)
 }
 
 /// Rounds per shape: the libraries take turns (each round times every library), so a
@@ -200,13 +212,8 @@ fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
 }
 
 fn main() -> ExitCode {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("keepalloc-kernels-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    // A bad option prints the usage and exits with 2, as before.
+    let o = Options::from(Cli::parse());
     let isa = keepalloc_kernels::selected_isa().map_or_else(|e| e.to_string(), |i| i.to_string());
     println!(
         "keepalloc-kernels bench: single thread, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
@@ -415,4 +422,41 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
     }
     s.push_str("\n  ]\n}\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Result<Options, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(Options::from)
+    }
+
+    #[test]
+    fn defaults_are_every_library_and_shape() {
+        let o = options(&[]).unwrap();
+        assert_eq!(o.libs, Lib::ALL);
+        assert_eq!(o.shapes, SHAPES);
+        assert_eq!(o.svg, "target/bench/fully_connected.svg");
+        assert_eq!(o.budget, Duration::from_millis(400));
+    }
+
+    #[test]
+    fn narrows_libraries_and_shapes() {
+        let o = options(&[
+            "--libs",
+            "gemm,xnnpack",
+            "--shapes",
+            "1x2x3,4x5x6",
+            "--quick",
+        ])
+        .unwrap();
+        assert_eq!(o.libs, [Lib::Xnnpack, Lib::Gemm]);
+        assert_eq!(o.shapes, [(1, 2, 3), (4, 5, 6)]);
+        assert_eq!(o.budget, Duration::from_millis(120));
+        for bad in ["1x2", "0x2x3", "ax2x3", "1x2x3x4"] {
+            assert!(options(&["--shapes", bad]).is_err(), "{bad}");
+        }
+        assert!(options(&["--frobnicate"]).is_err());
+    }
 }
