@@ -4,9 +4,12 @@
 //! built it, and runs from the workspace root wherever it was invoked.
 
 mod bench;
+mod c_adoption;
 mod ctest;
 mod fault_test;
 mod loom;
+mod ort_campaign;
+mod runtimes;
 mod sanitizers;
 mod util;
 
@@ -18,11 +21,15 @@ usage: cargo xtask <command> [options]
 commands:
   fault-test   the main job: every fault scenario against keepalloc and each negative
                control, each run in a fresh process (see `cargo xtask fault-test --help`)
+  fault-test --runtime onnxruntime
+               the fault campaign pointed at the real ONNX Runtime (see its --help)
   c-test       build libkeepalloc and run the C/C++ tests against keepalloc.h
+  c-adoption   the C XNNPACK adoption check against Debian's and ExecuTorch's XNNPACK
   loom         model-check the provider's once cell under loom (all interleavings)
   miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
   asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
   bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
+  runtimes     download + unpack the pinned onnxruntime and executorch wheels (target/runtimes)
   help         this text
 ";
 
@@ -35,11 +42,14 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     let result = match command.as_str() {
         "bench" => bench::run(&rest),
+        "fault-test" if rest.iter().any(|a| a == "--runtime") => ort_campaign::run(&rest),
         "fault-test" => fault_test::run(&rest),
         "miri" => sanitizers::miri(&rest),
         "asan" => sanitizers::asan(&rest),
         "c-test" => ctest::run(&rest),
+        "c-adoption" => c_adoption::run(&rest),
         "loom" => loom::run(&rest),
+        "runtimes" => runtimes::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -1,0 +1,86 @@
+//! Bad input gets a typed error, and nothing is lost.
+
+use std::path::Path;
+
+use keepalloc_allocators::System;
+use keepalloc_onnxruntime::{
+    Env, OnnxRuntime, OrtError, Session, SessionConfig, manifest, register_env_allocator,
+};
+use keepalloc_provider::{GlobalProvider, ProviderError};
+
+/// A provider someone published before ONNX Runtime's registration could run.
+static PUBLISHED_EARLIER: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+
+#[test]
+fn loading_something_that_is_not_onnx_runtime_is_a_typed_error() {
+    let missing = OnnxRuntime::load(Some(Path::new("/nonexistent/libonnxruntime.so"))).unwrap_err();
+    assert!(matches!(missing, OrtError::Load { .. }), "{missing}");
+    // A real shared library without OrtGetApiBase.
+    let libm = OnnxRuntime::load(Some(Path::new("libm.so.6"))).unwrap_err();
+    assert!(
+        matches!(&libm, OrtError::Load { message, .. } if message.contains("OrtGetApiBase")),
+        "{libm}"
+    );
+}
+
+#[test]
+fn bad_models_and_inputs_are_typed_errors() {
+    let Some(rt) = manifest::for_test("bad_models_and_inputs_are_typed_errors") else {
+        return;
+    };
+    let ort = OnnxRuntime::load(Some(&rt.onnxruntime)).unwrap();
+    let env = Env::create(ort, c"keepalloc-errors").unwrap();
+    let config = SessionConfig {
+        use_env_allocators: false,
+        intra_op_threads: 1,
+    };
+    let e = Session::new(env, Path::new("/nonexistent/model.onnx"), config).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            OrtError::Api {
+                call: "CreateSession",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // A file that is not a model (this test's own source).
+    let e = Session::new(env, Path::new(file!()), config).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            OrtError::Api {
+                call: "CreateSession",
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    let session = Session::new(env, &rt.wheel_models["mul_1"], config).unwrap();
+    let e = session.run(&mut []).unwrap_err();
+    assert!(matches!(e, OrtError::Input(_)), "{e}");
+    let e = session.run(&mut [vec![1.0; 5]]).unwrap_err();
+    assert!(matches!(e, OrtError::Input(_)), "{e}");
+    // The session still works after the bad calls.
+    let count: i64 = session.inputs()[0].shape.iter().product();
+    let out = session.run(&mut [vec![1.0; count as usize]]).unwrap();
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn registering_a_provider_published_without_the_hook_is_an_error_not_a_silent_success() {
+    let Some(rt) = manifest::for_test("registering_a_provider_published_without_the_hook") else {
+        return;
+    };
+    let ort = OnnxRuntime::load(Some(&rt.onnxruntime)).unwrap();
+    let env = Env::create(ort, c"keepalloc-errors-publish").unwrap();
+    PUBLISHED_EARLIER.acquire().unwrap(); // publish-only: no registration
+    let e = register_env_allocator(&PUBLISHED_EARLIER, env).unwrap_err();
+    assert!(
+        matches!(&e, ProviderError::InitFailed(m) if m.to_string().contains("without registering")),
+        "{e}"
+    );
+    assert_eq!(PUBLISHED_EARLIER.stats().owners_constructed, 1);
+}
