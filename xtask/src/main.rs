@@ -8,6 +8,7 @@ mod c_adoption;
 mod ctest;
 mod fault_test;
 mod loom;
+mod mutants;
 mod ort_campaign;
 mod runtimes;
 mod sanitizers;
@@ -30,6 +31,8 @@ commands:
   asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
   bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
   runtimes     download + unpack the pinned onnxruntime and executorch wheels (target/runtimes)
+  mutants      cargo-mutants on the provider and the C table; >= 95% caught (cargo-mutants
+               27.1.0; see `cargo xtask mutants --help`)
   help         this text
 ";
 
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         "c-test" => ctest::run(&rest),
         "c-adoption" => c_adoption::run(&rest),
         "loom" => loom::run(&rest),
+        "mutants" => mutants::run(&rest),
         "runtimes" => runtimes::run(&rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

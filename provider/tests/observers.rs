@@ -1,0 +1,177 @@
+//! What an embedder observes without (or besides) acquiring: whether a cell is published, the
+//! side-effect-free `GlobalProvider::get`, handle identity across providers, zeroed
+//! allocations, and the `Debug` output that ends up in logs. Each test fails when the function
+//! it covers is replaced by a constant (`cargo xtask mutants` checks that).
+#![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
+
+use core::alloc::Layout;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use allocator_api2::alloc::Allocator;
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_provider::{GlobalProvider, InitError, KeepCell, Provider, ProviderError};
+
+#[test]
+fn is_published_is_false_until_a_publication_succeeds() {
+    let cell: KeepCell<u32> = KeepCell::new();
+    assert!(!cell.is_published(), "an empty cell is not published");
+
+    let failed = cell.get_or_try_init(|| Ok::<_, &str>(7), |_| Err("init failed"));
+    assert_eq!(failed, Err("init failed"));
+    assert!(!cell.is_published(), "a failed attempt must not publish");
+    assert_eq!(cell.owner(), Some(&7), "the owner is kept");
+    assert_eq!(cell.get(), None);
+
+    let owner = cell
+        .get_or_try_init(|| Ok::<_, &str>(8), |_| Ok(()))
+        .unwrap();
+    assert_eq!(*owner, 7, "the retry published the kept owner");
+    assert!(cell.is_published());
+    assert_eq!(cell.get(), Some(&7));
+}
+
+#[test]
+fn keep_cell_debug_shows_publication_and_counters() {
+    let cell: KeepCell<u32> = KeepCell::new();
+    let before = format!("{cell:?}");
+    assert!(before.starts_with("KeepCell {"), "{before}");
+    assert!(before.contains("published: false"), "{before}");
+    assert!(before.contains("owners_constructed: 0"), "{before}");
+
+    let _ = cell.get_or_try_init(|| Ok::<_, ()>(1), |_| Err(()));
+    cell.get_or_try_init(|| Ok::<_, ()>(2), |_| Ok(())).unwrap();
+    let after = format!("{cell:?}");
+    assert!(after.contains("published: true"), "{after}");
+    assert!(after.contains("owners_constructed: 1"), "{after}");
+    assert!(after.contains("init_attempts: 2"), "{after}");
+    assert!(after.contains("init_successes: 1"), "{after}");
+}
+
+#[test]
+fn get_is_none_until_published_then_the_acquired_handle() {
+    static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(1);
+    fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
+        if FAILURES_LEFT
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(InitError::new("not yet"));
+        }
+        Ok(())
+    }
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
+
+    assert!(GLOBAL.get().is_none(), "nothing published yet");
+    assert!(matches!(
+        GLOBAL.acquire(),
+        Err(ProviderError::InitFailed(_))
+    ));
+    assert!(
+        GLOBAL.owner().is_some(),
+        "the owner is kept after the failure"
+    );
+    assert!(
+        GLOBAL.get().is_none(),
+        "an owner that failed to publish is not returned"
+    );
+
+    let handle = GLOBAL.acquire().unwrap();
+    assert_eq!(GLOBAL.get(), Some(handle));
+    let got = GLOBAL.get().unwrap();
+    assert!(std::ptr::eq(got.owner(), handle.owner()));
+    assert!(std::ptr::eq(got.table(), handle.table()));
+    assert_eq!(GLOBAL.stats().init_attempts, 2, "get runs no attempt");
+}
+
+#[test]
+fn handles_of_different_providers_are_not_equal() {
+    static A: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    static B: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let a = A.acquire().unwrap();
+    let b = B.acquire().unwrap();
+    assert_ne!(a, b, "two providers own two allocators");
+    assert_ne!(a.context(), b.context());
+    assert_eq!(a, Provider::with_global(&A).preferred_allocator().unwrap());
+    assert_eq!(b, B.get().unwrap());
+}
+
+#[test]
+fn allocate_zeroed_zeroes_memory_that_was_dirty() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let h = GLOBAL.acquire().unwrap();
+    // Small bins, a page, and a block large enough to be mmapped: for each, dirty a block,
+    // free it (so the allocator is likely to hand the same bytes back), then ask for zeroes.
+    let sizes: &[usize] = if cfg!(miri) {
+        &[24, 4096]
+    } else {
+        &[24, 256, 4096, 1 << 20]
+    };
+    for &size in sizes {
+        let layout = Layout::from_size_align(size, 16).unwrap();
+        for _ in 0..4 {
+            let before = h.stats();
+            let dirty = h.allocate(layout).unwrap();
+            // SAFETY: `dirty` is a live block of `size` bytes from `h`.
+            unsafe {
+                dirty.cast::<u8>().as_ptr().write_bytes(0xA5, size);
+                h.deallocate(dirty.cast(), layout);
+            }
+            let zeroed = h.allocate_zeroed(layout).unwrap();
+            assert_eq!(zeroed.len(), size);
+            assert_eq!(zeroed.cast::<u8>().as_ptr() as usize % 16, 0);
+            // SAFETY: `zeroed` is a live, initialised (zeroed) block of `size` bytes.
+            let bytes = unsafe { core::slice::from_raw_parts(zeroed.cast::<u8>().as_ptr(), size) };
+            assert!(
+                bytes.iter().all(|&b| b == 0),
+                "allocate_zeroed returned dirty bytes"
+            );
+            let s = h.stats();
+            assert_eq!(
+                s.allocations,
+                before.allocations + 2,
+                "counted by the owner"
+            );
+            assert_eq!(s.live_bytes, before.live_bytes + size);
+            // SAFETY: `zeroed` is live with `layout`.
+            unsafe { h.deallocate(zeroed.cast(), layout) };
+            assert_eq!(h.stats().live_bytes, before.live_bytes);
+        }
+    }
+}
+
+#[test]
+fn debug_output_names_the_owner_and_the_provider() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let session = Provider::with_global(&GLOBAL);
+    assert_eq!(
+        format!("{session:?}"),
+        format!("Provider {{ global: {:p} }}", &GLOBAL)
+    );
+    let unpublished = format!("{GLOBAL:?}");
+    assert!(
+        unpublished.starts_with("GlobalProvider { cell: KeepCell { published: false"),
+        "{unpublished}"
+    );
+
+    let h = session.preferred_allocator().unwrap();
+    assert_eq!(
+        format!("{h:?}"),
+        format!("AllocatorHandle({:p})", h.owner())
+    );
+    let published = format!("{GLOBAL:?}");
+    assert!(
+        published.starts_with("GlobalProvider { cell: KeepCell { published: true"),
+        "{published}"
+    );
+
+    let owner = h.owner();
+    let text = format!("{owner:?}");
+    assert!(
+        text.starts_with(&format!("Owner {{ at: {owner:p}, stats: CountingStats {{")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{:?}", owner.allocator().stats())),
+        "{text}"
+    );
+}
