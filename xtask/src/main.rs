@@ -29,6 +29,8 @@ commands:
   loom         model-check the provider's once cell under loom (all interleavings)
   miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
   asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
+  tsan         provider tests and the fault harness under ThreadSanitizer (nightly +
+               rust-src; else skipped; CI=true or --require: an error)
   bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
   runtimes     download + unpack the pinned onnxruntime and executorch wheels (target/runtimes)
   mutants      cargo-mutants on the provider and the C table; >= 95% caught (cargo-mutants
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         "fault-test" => fault_test::run(&rest),
         "miri" => sanitizers::miri(&rest),
         "asan" => sanitizers::asan(&rest),
+        "tsan" => sanitizers::tsan(&rest),
         "c-test" => ctest::run(&rest),
         "c-adoption" => c_adoption::run(&rest),
         "loom" => loom::run(&rest),

@@ -1,19 +1,55 @@
-//! `cargo xtask miri` and `cargo xtask asan`: the provider and allocator tests under Miri,
-//! and the fault campaign under AddressSanitizer, where the nightly toolchain allows.
+//! `cargo xtask miri`, `cargo xtask asan` and `cargo xtask tsan`: the provider and allocator
+//! tests under Miri, the fault campaign under AddressSanitizer, and the provider's tests and
+//! the fault harness under ThreadSanitizer, where the nightly toolchain allows.
 //!
-//! Both need nightly, reached through rustup (`cargo +nightly`). Where rustup, nightly or a
-//! needed component is missing, they print `skipped: <why>` and succeed: a machine without
-//! nightly is not a failure of the code.
+//! All three need nightly, reached through rustup (`cargo +nightly`). Where rustup, nightly
+//! or a needed component is missing, or the host has no such sanitizer, they print
+//! `skipped: <why>` and succeed: a machine without nightly is not a failure of the code.
+//! Under CI (`CI=true`) or with `--require`, every such reason is an error instead: CI must
+//! not report a sanitizer as passed that never ran. Once everything is there, a failed build
+//! is a failure, never a skip.
 
-use std::process::{Command, Stdio};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::fault_test;
 use crate::util;
 
-/// Prints why a command was skipped.
-fn skipped(command: &str, why: &str) -> Result<(), String> {
-    println!("{command}: skipped: {why}");
-    Ok(())
+/// Whether a reason to skip is an error, and why.
+#[derive(Clone, Copy, Debug)]
+struct Require(Option<&'static str>);
+
+impl Require {
+    /// Takes `--require` out of `args`; required when it was there or when `CI=true`.
+    fn take(args: &[String]) -> (Require, Vec<String>) {
+        let flag = args.iter().any(|a| a == "--require");
+        let rest = args.iter().filter(|a| *a != "--require").cloned().collect();
+        let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+        let why = if flag {
+            Some("--require")
+        } else if ci {
+            Some("CI=true")
+        } else {
+            None
+        };
+        (Require(why), rest)
+    }
+
+    /// Prints why `command` was skipped and succeeds, or fails with the reason when
+    /// required.
+    fn skipped(self, command: &str, why: &str) -> Result<(), String> {
+        match self.0 {
+            Some(because) => Err(format!(
+                "{command}: cannot run, and skipping is an error ({because}): {why}"
+            )),
+            None => {
+                println!("{command}: skipped: {why} (CI=true or --require make this an error)");
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A `cargo +nightly` command at the workspace root, through the rustup proxy (the
@@ -53,31 +89,87 @@ fn nightly_available() -> Result<String, String> {
     probe(cmd).map_err(|e| format!("no nightly toolchain through rustup ({e})"))
 }
 
-/// `cargo xtask miri [args for cargo miri test]`: the allocator and provider tests under
-/// Miri.
+const MIRI_HELP: &str = "\
+usage: cargo xtask miri [--full] [--require] [args for `cargo miri test`]
+
+Runs keepalloc-allocators' and keepalloc-provider's tests under Miri (nightly, components
+miri and rust-src: `rustup component add miri rust-src --toolchain nightly`), with
+MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS is set. Target dir: target/miri.
+
+By default (and in CI) it runs a stated subset: every test of both packages (lib,
+integration tests, doc tests) except these three, which together take over 20 minutes
+under Miri on 2 cores:
+  - conformance::default_backend_is_the_feature_selected_one: the conformance suite with
+    the heavier QUICK options on System, the default backend (`system` runs the suite on
+    System and its table with Miri's options; ~180 s)
+  - the doc test of allocators/src/conformance.rs: the suite with QUICK options on
+    Counting<System> (`counting_system_balances` runs it with Miri's options; ~150 s)
+  - observers::allocate_zeroed_zeroes_memory_that_was_dirty: dirties, frees and checks
+    1 MiB blocks byte by byte, 4 rounds a size (~19 min; natively it runs in
+    `cargo test`)
+The subset takes about 5 minutes on a busy 2-core machine from a clean target dir (build
+and `cargo miri setup` included); everything took 22 minutes.
+
+  --full      run everything, the three above included
+  --require   fail instead of printing `skipped` when nightly, miri or rust-src is
+              missing (implied by CI=true)
+";
+
+/// Test-name filters (`--skip`) of the default subset: see [`MIRI_HELP`].
+const MIRI_SKIPPED: [&str; 3] = [
+    "default_backend_is_the_feature_selected_one",
+    "src/conformance.rs",
+    "allocate_zeroed_zeroes_memory_that_was_dirty",
+];
+
+/// `cargo xtask miri [--full] [args for cargo miri test]`: the allocator and provider tests
+/// under Miri (a stated subset unless `--full`).
 pub fn miri(args: &[String]) -> Result<(), String> {
+    let (require, mut args) = Require::take(args);
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{MIRI_HELP}");
+        return Ok(());
+    }
+    let full = args.iter().any(|a| a == "--full");
+    args.retain(|a| a != "--full");
+    if !full {
+        if !args.iter().any(|a| a == "--") {
+            args.push("--".into());
+        }
+        for name in MIRI_SKIPPED {
+            args.extend(["--skip".to_string(), name.to_string()]);
+        }
+    }
     if let Err(why) = nightly_available() {
-        return skipped("miri", &why);
+        return require.skipped("miri", &why);
     }
     let mut probe_cmd = nightly_cargo();
     probe_cmd.args(["miri", "--version"]);
     if let Err(why) = probe(probe_cmd) {
-        return skipped(
+        return require.skipped(
             "miri",
             &format!(
                 "the nightly toolchain has no miri component \
-                 (`rustup +nightly component add miri rust-src`): {why}"
+                 (`rustup component add miri rust-src --toolchain nightly`): {why}"
             ),
         );
     }
     let mut sysroot = nightly_cargo();
     sysroot.args(["miri", "setup"]);
     if let Err(why) = probe(sysroot) {
-        return skipped(
+        return require.skipped(
             "miri",
             &format!("`cargo miri setup` failed (is rust-src installed?): {why}"),
         );
     }
+    eprintln!(
+        "miri: {}",
+        if full {
+            "everything (--full)".to_string()
+        } else {
+            format!("the subset: all but {MIRI_SKIPPED:?} (--full runs them too)")
+        }
+    );
     let mut cmd = nightly_cargo();
     cmd.args([
         "miri",
@@ -87,7 +179,7 @@ pub fn miri(args: &[String]) -> Result<(), String> {
         "-p",
         "keepalloc-provider",
     ])
-    .args(args)
+    .args(&args)
     .env("CARGO_TARGET_DIR", util::root().join("target").join("miri"));
     // Miri checks the strict provenance model and many threads slowly; isolation off so
     // tests may read the clock.
@@ -95,7 +187,10 @@ pub fn miri(args: &[String]) -> Result<(), String> {
         "MIRIFLAGS",
         std::env::var("MIRIFLAGS").unwrap_or_else(|_| "-Zmiri-disable-isolation".into()),
     );
-    util::run(&mut cmd)
+    let started = Instant::now();
+    let result = util::run(&mut cmd);
+    eprintln!("miri: took {:.0} s", started.elapsed().as_secs_f64());
+    result
 }
 
 /// The host target triple of the nightly toolchain.
@@ -125,15 +220,30 @@ fn probe_all(mut cmd: Command) -> Result<String, String> {
 /// is enough to catch the harness's and the libraries' own accesses) and runs the fault
 /// campaign against it. Defaults to 20 runs per row (an ASan run costs ~5x a plain one).
 pub fn asan(args: &[String]) -> Result<(), String> {
+    let (require, args) = Require::take(args);
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!(
+            "usage: cargo xtask asan [--require] [fault-test options]\n\n\
+             Builds keepalloc-harness with -Zsanitizer=address (nightly; target dir\n\
+             target/asan) and runs the fault-test campaign against it, 20 runs a row unless\n\
+             --runs says otherwise (see `cargo xtask fault-test --help` for the options).\n\
+             --require fails instead of printing `skipped` when nightly is missing or\n\
+             the host has no AddressSanitizer (implied by CI=true); a failed build\n\
+             always fails.\n"
+        );
+        return Ok(());
+    }
     if let Err(why) = nightly_available() {
-        return skipped("asan", &why);
+        return require.skipped("asan", &why);
     }
     let host = match host_triple() {
         Ok(h) => h,
-        Err(why) => return skipped("asan", &format!("could not ask nightly rustc: {why}")),
+        Err(why) => {
+            return require.skipped("asan", &format!("could not ask nightly rustc: {why}"));
+        }
     };
     if !host.contains("linux") && !host.contains("apple") {
-        return skipped(
+        return require.skipped(
             "asan",
             &format!("AddressSanitizer is not supported on {host}"),
         );
@@ -144,15 +254,12 @@ pub fn asan(args: &[String]) -> Result<(), String> {
         .env("RUSTFLAGS", "-Zsanitizer=address")
         .env("CARGO_TARGET_DIR", util::root().join("target").join("asan"));
     eprintln!("asan: building keepalloc-harness with -Zsanitizer=address for {host}");
-    let harness = match fault_test::executable_from(cmd, "keepalloc-harness") {
-        Ok(h) => h,
-        Err(why) => {
-            return skipped(
-                "asan",
-                &format!("the nightly toolchain could not build with AddressSanitizer: {why}"),
-            );
-        }
-    };
+    let built = Instant::now();
+    // Nightly is there and the host supported: a failed build is a failure (of our code
+    // or of nightly's sanitizer support), never a skip.
+    let harness = fault_test::executable_from(cmd, "keepalloc-harness")
+        .map_err(|why| format!("asan: building with AddressSanitizer failed: {why}"))?;
+    eprintln!("asan: build took {:.0} s", built.elapsed().as_secs_f64());
     let mut argv: Vec<String> = args.to_vec();
     if !argv.iter().any(|a| a.starts_with("--runs")) {
         argv.extend(["--runs".to_string(), "20".to_string()]);
@@ -166,5 +273,881 @@ pub fn asan(args: &[String]) -> Result<(), String> {
         ),
     ));
     options.label = Some("AddressSanitizer".into());
-    fault_test::campaign(&harness, &options)
+    let ran = Instant::now();
+    let result = fault_test::campaign(&harness, &options);
+    eprintln!("asan: campaign took {:.0} s", ran.elapsed().as_secs_f64());
+    result
+}
+
+// ---------------------------------------------------------------------------------------
+// ThreadSanitizer
+// ---------------------------------------------------------------------------------------
+
+const TSAN_HELP: &str = "\
+usage: cargo xtask tsan [options]
+
+ThreadSanitizer, with the nightly toolchain (`-Zsanitizer=thread -Zbuild-std --target
+<host>`, release profile, target dir target/tsan; needs the rust-src component). Runs
+
+  1. keepalloc-provider's tests (lib and integration tests; the loom models need
+     --cfg loom and are not run), each test binary --test-runs times: must be clean;
+  2. keepalloc-harness (feature `controls`), each run a fresh process, --runs a row:
+     keepalloc on cold-start, retry-after-capture and retry-under-race, race windows
+     held: every run must be clean (exit 0, no ThreadSanitizer report);
+     the `racy` negative control on cold-start, window held: ThreadSanitizer must
+     report every run. It sees the control's atomic store of the shared table's context
+     racing with the library's plain copy of the table, and the freed owner as plain
+     races on a heap block (the scribbling allocator's fill on free against reads
+     through the dangling pointer; the block stays in quarantine and never reaches
+     free(), so TSan never says heap-use-after-free).
+
+A run that times out, or dies without a ThreadSanitizer report, or in which
+ThreadSanitizer itself fails, is inconclusive and makes the command fail. Exit 0 only when
+everything that must be clean is clean and the control is reported in every run.
+TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appended).
+Logs of every run that was not clean: target/tsan/logs/.
+
+options:
+  --runs N          fresh processes per harness row (default 20)
+  --test-runs N     runs of each provider test binary (default 3)
+  --seed N          base seed of the harness runs; run i uses N+i (default: from the clock)
+  --timeout SECS    a process that takes longer is killed: inconclusive (default 300)
+  --require         fail instead of printing `skipped` when nightly or rust-src is
+                    missing or the host has no ThreadSanitizer (implied by CI=true); a
+                    failed build always fails
+";
+
+/// Exit code ThreadSanitizer is told to use when it reported something.
+const TSAN_EXIT: i32 = 66;
+
+/// The marker of a ThreadSanitizer report on stderr.
+const TSAN_WARNING: &str = "WARNING: ThreadSanitizer: ";
+
+#[derive(Debug)]
+struct TsanOptions {
+    runs: usize,
+    test_runs: usize,
+    seed: u64,
+    timeout: Duration,
+}
+
+impl TsanOptions {
+    /// `Ok(None)` for `--help`.
+    fn parse(args: &[String]) -> Result<Option<TsanOptions>, String> {
+        let mut o = TsanOptions {
+            runs: 20,
+            test_runs: 3,
+            seed: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs() % 1_000_000)
+                .unwrap_or(1),
+            timeout: Duration::from_secs(300),
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (arg.as_str(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| it.next().cloned())
+                    .ok_or(format!("{flag} needs a value"))
+            };
+            let number = |v: String| -> Result<u64, String> {
+                v.parse()
+                    .map_err(|_| format!("{flag} takes a number, not `{v}`"))
+            };
+            match flag {
+                "--runs" => o.runs = number(value()?)? as usize,
+                "--test-runs" => o.test_runs = number(value()?)? as usize,
+                "--seed" => o.seed = number(value()?)?,
+                "--timeout" => o.timeout = Duration::from_secs(number(value()?)?),
+                "--help" | "-h" => return Ok(None),
+                other => return Err(format!("unknown option `{other}`\n{TSAN_HELP}")),
+            }
+        }
+        if o.runs == 0 || o.test_runs == 0 || o.timeout.is_zero() {
+            return Err("--runs, --test-runs and --timeout must be positive".into());
+        }
+        Ok(Some(o))
+    }
+}
+
+/// One ThreadSanitizer report, condensed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Report {
+    /// "data race", "thread leak", "heap-use-after-free", ...
+    kind: String,
+    /// Each access: its header ("Atomic write of size 8 at 0x.. by thread T3") and its first
+    /// frame in the workspace ("fault-inject/src/controls/racy.rs:73 (acquire)").
+    accesses: Vec<(String, Option<String>)>,
+    /// "heap block", "global", ... (what the `Location is` line says), if any.
+    location: Option<String>,
+}
+
+impl Report {
+    /// What kind of report this is, independent of addresses and threads: the kind, the
+    /// two access kinds (sorted) and the kind of memory, e.g. `data race: atomic write +
+    /// read` or `data race: read + write, heap block`.
+    fn label(&self) -> String {
+        let mut kinds: Vec<String> = self
+            .accesses
+            .iter()
+            .map(|(header, _)| {
+                let what = header.split(" of size").next().unwrap_or(header).trim();
+                what.strip_prefix("Previous ")
+                    .unwrap_or(what)
+                    .to_ascii_lowercase()
+            })
+            .collect();
+        kinds.sort();
+        let mut label = self.kind.clone();
+        if !kinds.is_empty() {
+            label = format!("{label}: {}", kinds.join(" + "));
+        }
+        if let Some(location) = &self.location {
+            label = format!("{label}, {location}");
+        }
+        label
+    }
+}
+
+/// The ThreadSanitizer reports in `stderr`; frames are shown relative to `root` and only
+/// the first one inside it is kept per access.
+fn parse_reports(stderr: &str, root: &str) -> Vec<Report> {
+    let mut reports: Vec<Report> = Vec::new();
+    let mut want_frame = false;
+    for line in stderr.lines() {
+        if let Some(rest) = line.split(TSAN_WARNING).nth(1) {
+            reports.push(Report {
+                kind: rest.split(" (").next().unwrap_or(rest).trim().to_string(),
+                accesses: Vec::new(),
+                location: None,
+            });
+            want_frame = false;
+            continue;
+        }
+        let Some(report) = reports.last_mut() else {
+            continue;
+        };
+        if line.starts_with("SUMMARY:") || line.starts_with("==================") {
+            want_frame = false;
+            continue;
+        }
+        let trimmed = line.trim();
+        if let Some(location) = trimmed.strip_prefix("Location is ") {
+            if report.location.is_none() {
+                let what = location.split(" of size").next().unwrap_or(location);
+                let what = what.split(" '").next().unwrap_or(what);
+                report.location = Some(what.trim().to_string());
+            }
+            want_frame = false;
+        } else if line.starts_with("  ")
+            && !line.starts_with("   ")
+            && trimmed.contains(" of size ")
+            && trimmed.contains(" by ")
+        {
+            let header = trimmed.trim_end_matches(':');
+            report.accesses.push((header.to_string(), None));
+            want_frame = true;
+        } else if want_frame && trimmed.starts_with('#') {
+            if let Some(frame) = workspace_frame(trimmed, root)
+                && let Some(access) = report.accesses.last_mut()
+            {
+                access.1 = Some(frame);
+                want_frame = false;
+            }
+        } else if !trimmed.starts_with('#') {
+            want_frame = false;
+        }
+    }
+    reports
+}
+
+/// `path:line (function)` of a stack frame line (`#3 func /root/path.rs:12:5 (bin+0x..)`)
+/// when its file is under `root`, the path shown relative to it.
+fn workspace_frame(frame: &str, root: &str) -> Option<String> {
+    let at = frame.find(root)?;
+    let location = frame[at + root.len()..]
+        .trim_start_matches('/')
+        .split_whitespace()
+        .next()?;
+    // path:line:column -> path:line
+    let location = match location.rsplit_once(':') {
+        Some((head, col)) if col.chars().all(|c| c.is_ascii_digit()) && head.contains(':') => head,
+        _ => location,
+    };
+    let function = frame[..at]
+        .trim()
+        .split_once(' ')
+        .map_or("", |(_, f)| f.trim());
+    // The last path segment outside generic arguments: `<A as B>::acquire` -> `acquire`.
+    let mut depth = 0usize;
+    let mut plain = String::new();
+    for c in function.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            c if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let name = plain.rsplit("::").find(|s| !s.is_empty()).unwrap_or("");
+    Some(format!("{location} ({name})"))
+}
+
+/// What one row must show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    /// Every run exits 0 without a report.
+    Clean,
+    /// ThreadSanitizer reports every run.
+    Reported,
+}
+
+/// How one process ended.
+#[derive(Debug)]
+enum Outcome {
+    /// Exit 0, no report.
+    Clean,
+    /// ThreadSanitizer reported.
+    Reported(Vec<Report>),
+    /// A non-zero exit without a report (for the harness: it found something itself).
+    Failed(String),
+    /// Timed out, died from a signal without a report, or ThreadSanitizer itself failed.
+    Inconclusive(String),
+}
+
+impl Outcome {
+    fn describe(&self) -> String {
+        match self {
+            Outcome::Clean => "clean".into(),
+            Outcome::Reported(reports) => {
+                let mut labels: Vec<String> = reports.iter().map(Report::label).collect();
+                labels.dedup();
+                format!("ThreadSanitizer reported: {}", labels.join("; "))
+            }
+            Outcome::Failed(why) => format!("failed without a report: {why}"),
+            Outcome::Inconclusive(why) => format!("inconclusive: {why}"),
+        }
+    }
+}
+
+/// One line of the table.
+struct Row {
+    what: String,
+    expect: Expect,
+    program: PathBuf,
+    args: Vec<String>,
+    cwd: PathBuf,
+    runs: usize,
+    /// Whether run i appends `--seed <base+i>`.
+    seeded: bool,
+    outcomes: Vec<Outcome>,
+    elapsed: Duration,
+}
+
+impl Row {
+    fn count(&self, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.outcomes.iter().filter(|o| f(o)).count()
+    }
+
+    fn clean(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Clean))
+    }
+
+    fn reported(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Reported(_)))
+    }
+
+    fn failed(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Failed(_)))
+    }
+
+    fn inconclusive(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Inconclusive(_)))
+    }
+
+    /// Each report label, the runs that showed it, and its first report.
+    fn labels(&self) -> Vec<(String, usize, Report)> {
+        let mut labels: Vec<(String, usize, Report)> = Vec::new();
+        for o in &self.outcomes {
+            let Outcome::Reported(reports) = o else {
+                continue;
+            };
+            let mut seen: Vec<String> = Vec::new();
+            for r in reports {
+                let label = r.label();
+                if seen.contains(&label) {
+                    continue;
+                }
+                match labels.iter_mut().find(|(l, _, _)| *l == label) {
+                    Some((_, n, _)) => *n += 1,
+                    None => labels.push((label.clone(), 1, r.clone())),
+                }
+                seen.push(label);
+            }
+        }
+        labels
+    }
+
+    /// `Ok(())`, `Err("FAIL")` or `Err("INCONCLUSIVE")`.
+    fn verdict(&self) -> Result<(), &'static str> {
+        if self.inconclusive() > 0 {
+            return Err("INCONCLUSIVE");
+        }
+        let runs = self.outcomes.len();
+        let ok = match self.expect {
+            Expect::Clean => self.clean() == runs,
+            Expect::Reported => self.reported() == runs,
+        };
+        if ok { Ok(()) } else { Err("FAIL") }
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own (so a chatty child never blocks on a
+/// full pipe while we wait for it).
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Runs `cmd` with a time limit, collecting stdout and stderr: `(status, stdout, stderr)`,
+/// status `None` when it was killed for taking longer than `timeout`.
+fn run_limited(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<(Option<ExitStatus>, String, String), String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {cmd:?}: {e}"))?;
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("waiting for {cmd:?}: {e}")),
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    Ok((status, out, err))
+}
+
+/// Classifies one finished process from its status, stdout and stderr.
+fn classify(
+    status: Option<ExitStatus>,
+    stdout: &str,
+    stderr: &str,
+    timeout: Duration,
+    root: &str,
+) -> Outcome {
+    let reports = parse_reports(stderr, root);
+    if !reports.is_empty() {
+        return Outcome::Reported(reports);
+    }
+    let Some(status) = status else {
+        return Outcome::Inconclusive(format!("timed out after {} s", timeout.as_secs()));
+    };
+    if let Some(line) = stderr.lines().find(|l| {
+        l.contains("ThreadSanitizer")
+            && (l.contains("FATAL") || l.contains("ERROR") || l.contains("CHECK failed"))
+    }) {
+        return Outcome::Inconclusive(format!("ThreadSanitizer failed: {}", line.trim()));
+    }
+    match status.code() {
+        Some(0) => Outcome::Clean,
+        Some(TSAN_EXIT) => {
+            Outcome::Inconclusive(format!("exit {TSAN_EXIT} without a report on stderr"))
+        }
+        Some(code) => {
+            let result = stdout
+                .lines()
+                .find(|l| l.starts_with("RESULT "))
+                .or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()))
+                .unwrap_or("")
+                .trim();
+            Outcome::Failed(format!("exit {code}: {result}"))
+        }
+        None => Outcome::Inconclusive(format!("died without a report: {status}")),
+    }
+}
+
+/// The test executables among the artifacts of a `cargo test --no-run
+/// --message-format=json...`, as (target name, path).
+fn test_executables(mut cmd: Command) -> Result<Vec<(String, PathBuf)>, String> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let out = cmd
+        .output()
+        .map_err(|e| format!("could not start {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the tests failed: {}", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let found: Vec<(String, PathBuf)> = text
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"test\":true"))
+        .filter_map(|l| {
+            let exe = json_string(l, "executable")?;
+            let name = json_string(&l[l.find("\"target\":")?..], "name")?;
+            Some((name, PathBuf::from(exe)))
+        })
+        .collect();
+    if found.is_empty() {
+        Err("cargo built no test executable".into())
+    } else {
+        Ok(found)
+    }
+}
+
+/// The string value of the first `"key":"..."` in `line` (cargo's JSON: paths escape only
+/// `\\` and `\"`).
+fn json_string(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut out = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => out.push(chars.next()?),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// The harness arguments that hold the race windows open: `--window held` once the harness
+/// has `--window`, `--hold-window` before.
+fn held_window_args(harness: &Path) -> Result<Vec<String>, String> {
+    let out = Command::new(harness)
+        .arg("--help")
+        .env("TSAN_OPTIONS", "report_bugs=0")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run {} --help: {e}", harness.display()))?;
+    let help = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if help.contains("--window") {
+        Ok(vec!["--window".into(), "held".into()])
+    } else if help.contains("--hold-window") {
+        Ok(vec!["--hold-window".into()])
+    } else {
+        Err(format!(
+            "{} --help mentions neither --window nor --hold-window",
+            harness.display()
+        ))
+    }
+}
+
+/// `cargo xtask tsan [options]`: see [`TSAN_HELP`].
+pub fn tsan(args: &[String]) -> Result<(), String> {
+    let (require, args) = Require::take(args);
+    let Some(options) = TsanOptions::parse(&args)? else {
+        print!("{TSAN_HELP}");
+        return Ok(());
+    };
+    if let Err(why) = nightly_available() {
+        return require.skipped("tsan", &why);
+    }
+    let host = match host_triple() {
+        Ok(h) => h,
+        Err(why) => {
+            return require.skipped("tsan", &format!("could not ask nightly rustc: {why}"));
+        }
+    };
+    let supported = ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"]
+        .contains(&host.as_str())
+        || host.ends_with("-apple-darwin");
+    if !supported {
+        return require.skipped(
+            "tsan",
+            &format!("ThreadSanitizer is not supported on {host}"),
+        );
+    }
+    let mut sysroot = Command::new("rustc");
+    sysroot
+        .args(["+nightly", "--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN");
+    let rust_src = probe(sysroot)
+        .map(|s| PathBuf::from(s.trim()).join("lib/rustlib/src/rust/library/Cargo.toml"));
+    if !rust_src.as_deref().is_ok_and(Path::exists) {
+        return require.skipped(
+            "tsan",
+            "-Zbuild-std needs the nightly rust-src component \
+             (`rustup component add rust-src --toolchain nightly`)",
+        );
+    }
+
+    // Build: the provider's tests and the harness, both in release so that -Zbuild-std
+    // compiles the instrumented standard library once.
+    let target_dir = util::root().join("target").join("tsan");
+    let tsan_cargo = |args: &[&str]| {
+        let mut cmd = nightly_cargo();
+        cmd.args(args)
+            .args(["-Zbuild-std", "--target", &host])
+            .env("RUSTFLAGS", "-Zsanitizer=thread")
+            .env("CARGO_TARGET_DIR", &target_dir);
+        cmd
+    };
+    eprintln!(
+        "tsan: building keepalloc-provider's tests and keepalloc-harness \
+         (-Zsanitizer=thread -Zbuild-std --target {host})"
+    );
+    let build_started = Instant::now();
+    let tests = tsan_cargo(&[
+        "test",
+        "--release",
+        "-p",
+        "keepalloc-provider",
+        "--lib",
+        "--tests",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    // Nightly and rust-src are there and the host supported: a failed build is a failure
+    // (of our code or of nightly's sanitizer support), never a skip.
+    let cannot_build = |why: String| format!("tsan: building with ThreadSanitizer failed: {why}");
+    let tests = test_executables(tests).map_err(cannot_build)?;
+    let harness = fault_test::executable_from(
+        tsan_cargo(&fault_test::HARNESS_BUILD_ARGS),
+        "keepalloc-harness",
+    )
+    .map_err(cannot_build)?;
+    let build_time = build_started.elapsed();
+    let window = held_window_args(&harness)?;
+
+    let root = util::root();
+    let root_text = root.display().to_string();
+    let mut rows: Vec<Row> = Vec::new();
+    for (name, exe) in tests {
+        // Without --cfg loom the loom models compile to an empty binary: nothing to run.
+        if name == "loom" {
+            continue;
+        }
+        rows.push(Row {
+            what: format!("provider tests: {name}"),
+            expect: Expect::Clean,
+            program: exe,
+            args: Vec::new(),
+            cwd: root.join("provider"),
+            runs: options.test_runs,
+            seeded: false,
+            outcomes: Vec::new(),
+            elapsed: Duration::ZERO,
+        });
+    }
+    let harness_row = |variant: &str, scenario: &str, expect: Expect| {
+        let mut args: Vec<String> = ["--scenario", scenario, "--variant", variant]
+            .map(String::from)
+            .to_vec();
+        args.extend(window.iter().cloned());
+        Row {
+            what: format!("harness: {variant} {scenario}, window held"),
+            expect,
+            program: harness.clone(),
+            args,
+            cwd: root.clone(),
+            runs: options.runs,
+            seeded: true,
+            outcomes: Vec::new(),
+            elapsed: Duration::ZERO,
+        }
+    };
+    for scenario in ["cold-start", "retry-after-capture", "retry-under-race"] {
+        rows.push(harness_row("keepalloc", scenario, Expect::Clean));
+    }
+    rows.push(harness_row("racy", "cold-start", Expect::Reported));
+
+    let mut tsan_options = format!("atexit_sleep_ms=0:halt_on_error=0:exitcode={TSAN_EXIT}");
+    if let Ok(extra) = std::env::var("TSAN_OPTIONS") {
+        tsan_options = format!("{tsan_options}:{extra}");
+    }
+    let logs = target_dir.join("logs");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
+    eprintln!(
+        "tsan: build took {:.0} s; {} rows, seed {} (replay with --seed {}), \
+         TSAN_OPTIONS={tsan_options}",
+        build_time.as_secs_f64(),
+        rows.len(),
+        options.seed,
+        options.seed
+    );
+    let run_started = Instant::now();
+    for row in &mut rows {
+        let started = Instant::now();
+        for i in 0..row.runs {
+            let mut argv = row.args.clone();
+            if row.seeded {
+                argv.extend(["--seed".to_string(), (options.seed + i as u64).to_string()]);
+            }
+            let mut cmd = Command::new(&row.program);
+            cmd.args(&argv)
+                .current_dir(&row.cwd)
+                .env("TSAN_OPTIONS", &tsan_options);
+            let (status, stdout, stderr) = run_limited(cmd, options.timeout)?;
+            let outcome = classify(status, &stdout, &stderr, options.timeout, &root_text);
+            if !matches!(outcome, Outcome::Clean) {
+                let slug: String = row
+                    .what
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                let log = logs.join(format!("{slug}-{i}.log"));
+                let text = format!(
+                    "$ {} {}\n{}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                    row.program.display(),
+                    argv.join(" "),
+                    outcome.describe()
+                );
+                let _ = std::fs::write(&log, text);
+                let expected = matches!(
+                    (&outcome, row.expect),
+                    (Outcome::Reported(_), Expect::Reported)
+                );
+                if !expected {
+                    eprintln!(
+                        "tsan: {} run {i}: {} (log: {})",
+                        row.what,
+                        outcome.describe(),
+                        log.display()
+                    );
+                }
+            }
+            row.outcomes.push(outcome);
+        }
+        row.elapsed = started.elapsed();
+    }
+    let run_time = run_started.elapsed();
+    print_table(&rows);
+    println!(
+        "\nbuild {:.0} s, runs {:.0} s; logs of the runs that were not clean: {}",
+        build_time.as_secs_f64(),
+        run_time.as_secs_f64(),
+        logs.display()
+    );
+
+    let clean: usize = rows
+        .iter()
+        .filter(|r| r.expect == Expect::Clean)
+        .map(Row::clean)
+        .sum();
+    let must_be_clean: usize = rows
+        .iter()
+        .filter(|r| r.expect == Expect::Clean)
+        .map(|r| r.outcomes.len())
+        .sum();
+    let control = rows
+        .iter()
+        .filter(|r| r.expect == Expect::Reported)
+        .map(|r| {
+            format!(
+                "the racy control reported in {}/{} runs",
+                r.reported(),
+                r.outcomes.len()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let line = format!(
+        "keepalloc and the provider tests clean in {clean}/{must_be_clean} runs, {control}"
+    );
+    if rows.iter().any(|r| r.verdict() == Err("INCONCLUSIVE")) {
+        Err(format!(
+            "tsan: INCONCLUSIVE (a run timed out, died without a report, or TSan failed): {line}"
+        ))
+    } else if rows.iter().any(|r| r.verdict().is_err()) {
+        Err(format!("tsan: FAIL: {line}"))
+    } else {
+        println!("tsan: PASS: {line}");
+        Ok(())
+    }
+}
+
+/// The table, then each kind of report with the runs that showed it and one example.
+fn print_table(rows: &[Row]) {
+    let w = rows.iter().map(|r| r.what.len()).max().unwrap_or(4);
+    println!();
+    println!(
+        "{:<w$} {:>8} {:>4} {:>5} {:>8} {:>6} {:>6} {:>7}  verdict",
+        "what", "expect", "runs", "clean", "reported", "failed", "incon.", "time"
+    );
+    for row in rows {
+        println!(
+            "{:<w$} {:>8} {:>4} {:>5} {:>8} {:>6} {:>6} {:>6.1}s  {}",
+            row.what,
+            match row.expect {
+                Expect::Clean => "clean",
+                Expect::Reported => "reported",
+            },
+            row.outcomes.len(),
+            row.clean(),
+            row.reported(),
+            row.failed(),
+            row.inconclusive(),
+            row.elapsed.as_secs_f64(),
+            match row.verdict() {
+                Ok(()) => "ok",
+                Err(v) => v,
+            },
+        );
+    }
+    for row in rows {
+        let labels = row.labels();
+        if labels.is_empty() {
+            continue;
+        }
+        println!(
+            "\nThreadSanitizer reports in {} (runs showing each kind, first example):",
+            row.what
+        );
+        for (label, runs, example) in labels {
+            println!("  {runs:>3}/{:<3} {label}", row.outcomes.len());
+            for (header, frame) in &example.accesses {
+                let what = header.split(" at 0x").next().unwrap_or(header);
+                let by = header
+                    .split_once(" by ")
+                    .map_or(String::new(), |(_, b)| format!(" by {b}"));
+                println!(
+                    "            {what}{by}: {}",
+                    frame.as_deref().unwrap_or("(no frame in the workspace)")
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    fn exit(code: i32) -> Option<ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        Some(ExitStatus::from_raw(code << 8))
+    }
+
+    const RACE: &str = "\
+==================
+WARNING: ThreadSanitizer: data race (pid=7)
+  Atomic write of size 8 at 0x55e56c703098 by thread T16:
+    #0 core::sync::atomic::atomic_store /rustc/library/core/src/sync/atomic.rs:3890:24 (h+0x1)
+    #1 <k::controls::racy::Racy as k::scenario::Subject>::acquire /w/fault-inject/src/controls/racy.rs:73:13 (h+0x2)
+
+  Previous read of size 8 at 0x55e56c703098 by thread T19:
+    #0 k::init::initialize /w/kernels/src/init.rs:44:29 (h+0x3)
+
+  Thread T16 (tid=1, running) created by main thread at:
+    #0 pthread_create /rustc/x.cpp:1:1 (h+0x4)
+
+SUMMARY: ThreadSanitizer: data race /rustc/library/core/src/sync/atomic.rs:3890:24
+==================
+==================
+WARNING: ThreadSanitizer: data race (pid=7)
+  Write of size 8 at 0x7218 by thread T23:
+    #0 __tsan_memset x.cpp:35:3 (h+0x5)
+    #1 k::scribble::Scribble::deallocate /w/fault-inject/src/scribble.rs:451:49 (h+0x6)
+  Previous read of size 8 at 0x7218 by thread T19:
+    #0 k::witness::judge /w/fault-inject/src/witness.rs:139:47 (h+0x7)
+  Location is heap block of size 96 at 0x7218 allocated by thread T19:
+    #0 malloc x.cpp:670:5 (h+0x8)
+SUMMARY: ThreadSanitizer: data race x
+==================
+";
+
+    #[cfg(unix)]
+    #[test]
+    fn classifies_runs() {
+        let t = Duration::from_secs(1);
+        assert!(matches!(classify(exit(0), "", "", t, "/w"), Outcome::Clean));
+        match classify(exit(TSAN_EXIT), "", RACE, t, "/w") {
+            Outcome::Reported(r) => assert_eq!(r.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify(None, "", "", t, "/w"),
+            Outcome::Inconclusive(_)
+        ));
+        assert!(matches!(
+            classify(exit(10), "RESULT status=fail exit=10", "", t, "/w"),
+            Outcome::Failed(_)
+        ));
+        assert!(matches!(
+            classify(exit(TSAN_EXIT), "", "", t, "/w"),
+            Outcome::Inconclusive(_)
+        ));
+        assert!(matches!(
+            classify(
+                exit(1),
+                "",
+                "FATAL: ThreadSanitizer: unexpected memory mapping",
+                t,
+                "/w"
+            ),
+            Outcome::Inconclusive(_)
+        ));
+    }
+
+    #[test]
+    fn condenses_reports() {
+        let reports = parse_reports(RACE, "/w");
+        assert_eq!(reports[0].label(), "data race: atomic write + read");
+        assert_eq!(
+            reports[0].accesses[0].1.as_deref(),
+            Some("fault-inject/src/controls/racy.rs:73 (acquire)")
+        );
+        assert_eq!(
+            reports[0].accesses[1].1.as_deref(),
+            Some("kernels/src/init.rs:44 (initialize)")
+        );
+        assert_eq!(reports[1].label(), "data race: read + write, heap block");
+        assert_eq!(
+            reports[1].accesses[0].1.as_deref(),
+            Some("fault-inject/src/scribble.rs:451 (deallocate)")
+        );
+        let leak = parse_reports("WARNING: ThreadSanitizer: thread leak (pid=3)\n", "/w");
+        assert_eq!(leak[0].label(), "thread leak");
+    }
+
+    #[test]
+    fn require_flag_and_ci() {
+        let (r, rest) = Require::take(&["--require".to_string(), "--full".to_string()]);
+        assert_eq!(r.0, Some("--require"));
+        assert_eq!(rest, ["--full"]);
+        assert!(r.skipped("miri", "no nightly").is_err());
+        assert!(Require(None).skipped("miri", "no nightly").is_ok());
+    }
+
+    #[test]
+    fn finds_test_executables_json() {
+        let line = r#"{"reason":"compiler-artifact","target":{"kind":["test"],"name":"cell"},"profile":{"test":true},"executable":"/t/cell-1"}"#;
+        assert_eq!(
+            json_string(line, "executable").as_deref(),
+            Some("/t/cell-1")
+        );
+        assert_eq!(
+            json_string(&line[line.find("\"target\":").unwrap()..], "name").as_deref(),
+            Some("cell")
+        );
+    }
 }
