@@ -154,3 +154,21 @@ fn a_harness_without_list_is_refused() {
     let err = execute(std::path::Path::new("/bin/false"), &o).unwrap_err();
     assert!(err.contains("--list"), "{err}");
 }
+
+#[test]
+fn a_measurement_of_unjudged_rows_is_not_a_failure_but_a_verdict_still_is() {
+    let harness = fake_harness("measure");
+    let bare = options(&["--variant", "racy", "--window", "bare"], &[]);
+    let (rows, report) = execute(&harness, &bare).unwrap();
+    assert!(!rows.iter().any(|r| r.judged()) && !report.passed);
+    assert!(
+        campaign(&harness, &bare).is_ok(),
+        "bare rates are a measurement"
+    );
+    // As soon as one row is judged, the verdict decides again: keepalloc crashing fails it.
+    let judged = options(
+        &["--variant", "keepalloc", "--window", "bare"],
+        &[("FAKE_KEEPALLOC", "crash")],
+    );
+    assert!(campaign(&harness, &judged).is_err());
+}
