@@ -33,12 +33,12 @@ fn bench_backend<A: Allocator + Sync + 'static>(c: &mut Criterion, name: &str, a
             })
         });
         group.bench_with_input(BenchmarkId::new("table", size), &size, |b, &size| {
-            let (alloc, free) = (table.allocate.unwrap(), table.deallocate.unwrap());
+            let (alloc, free) = (table.allocate().unwrap(), table.deallocate().unwrap());
             b.iter(|| {
                 // SAFETY: the table comes from `for_allocator`; the block is freed once.
                 unsafe {
-                    let p = alloc(table.context, black_box(size));
-                    free(table.context, black_box(p));
+                    let p = alloc(table.context(), black_box(size));
+                    free(table.context(), black_box(p));
                 }
             })
         });
@@ -47,14 +47,14 @@ fn bench_backend<A: Allocator + Sync + 'static>(c: &mut Criterion, name: &str, a
             &size,
             |b, &size| {
                 let (alloc, free) = (
-                    table.aligned_allocate.unwrap(),
-                    table.aligned_deallocate.unwrap(),
+                    table.aligned_allocate().unwrap(),
+                    table.aligned_deallocate().unwrap(),
                 );
                 b.iter(|| {
                     // SAFETY: as above.
                     unsafe {
-                        let p = alloc(table.context, 64, black_box(size));
-                        free(table.context, black_box(p));
+                        let p = alloc(table.context(), 64, black_box(size));
+                        free(table.context(), black_box(p));
                     }
                 })
             },

@@ -23,10 +23,10 @@ fn run<A: Allocator + Sync>(a: &'static A, mode: &str, size: usize) -> f64 {
     let t = AllocatorTable::for_allocator(a);
     let l16 = core::alloc::Layout::from_size_align(size, 16).expect("layout");
     let l64 = core::alloc::Layout::from_size_align(size, 64).expect("layout");
-    let (alloc, free) = (t.allocate.expect("slot"), t.deallocate.expect("slot"));
+    let (alloc, free) = (t.allocate().expect("slot"), t.deallocate().expect("slot"));
     let (aalloc, afree) = (
-        t.aligned_allocate.expect("slot"),
-        t.aligned_deallocate.expect("slot"),
+        t.aligned_allocate().expect("slot"),
+        t.aligned_deallocate().expect("slot"),
     );
     let start = Instant::now();
     for _ in 0..ITERATIONS {
@@ -39,11 +39,16 @@ fn run<A: Allocator + Sync>(a: &'static A, mode: &str, size: usize) -> f64 {
             }
             "table" => {
                 // SAFETY: a `for_allocator` table; the block is freed once.
-                unsafe { free(t.context, black_box(alloc(t.context, black_box(size)))) }
+                unsafe { free(t.context(), black_box(alloc(t.context(), black_box(size)))) }
             }
             _ => {
                 // SAFETY: as above.
-                unsafe { afree(t.context, black_box(aalloc(t.context, 64, black_box(size)))) }
+                unsafe {
+                    afree(
+                        t.context(),
+                        black_box(aalloc(t.context(), 64, black_box(size))),
+                    )
+                }
             }
         }
     }

@@ -326,13 +326,13 @@ pub fn check_cap<A: Allocator>(a: &A, cap: usize) {
 /// Then runs the Rust-side suite through [`TableAllocator`](crate::TableAllocator).
 pub fn check_table(table: &AllocatorTable, options: Options) {
     assert!(table.is_complete(), "table has an empty slot");
-    let ctx = table.context;
+    let ctx = table.context();
     let (allocate, reallocate, deallocate, aligned_allocate, aligned_deallocate) = (
-        table.allocate.expect("allocate"),
-        table.reallocate.expect("reallocate"),
-        table.deallocate.expect("deallocate"),
-        table.aligned_allocate.expect("aligned_allocate"),
-        table.aligned_deallocate.expect("aligned_deallocate"),
+        table.allocate().expect("allocate"),
+        table.reallocate().expect("reallocate"),
+        table.deallocate().expect("deallocate"),
+        table.aligned_allocate().expect("aligned_allocate"),
+        table.aligned_deallocate().expect("aligned_deallocate"),
     );
     // The caller hands us a table that claims the xnn_allocator contract; every
     // pointer below is used within the size it was allocated with and freed once.
@@ -451,10 +451,10 @@ pub fn check_table(table: &AllocatorTable, options: Options) {
 /// returns NULL and leaves the old block valid and unchanged; after frees, allocation works.
 /// `cap` is the cap of the table's allocator, which must be otherwise empty.
 pub fn check_table_cap(table: &AllocatorTable, cap: usize) {
-    let ctx: *mut c_void = table.context;
-    let allocate = table.allocate.expect("allocate");
-    let reallocate = table.reallocate.expect("reallocate");
-    let deallocate = table.deallocate.expect("deallocate");
+    let ctx: *mut c_void = table.context();
+    let allocate = table.allocate().expect("allocate");
+    let reallocate = table.reallocate().expect("reallocate");
+    let deallocate = table.deallocate().expect("deallocate");
     // SAFETY: as in `check_table`.
     unsafe {
         let p = allocate(ctx, cap / 4).cast::<u8>();

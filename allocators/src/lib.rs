@@ -27,9 +27,9 @@
 //! let table = AllocatorTable::for_allocator(&BACKEND);
 //! // SAFETY: the table's functions are filled and follow the xnn_allocator contract.
 //! unsafe {
-//!     let p = table.aligned_allocate.unwrap()(table.context, 64, 1000);
+//!     let p = table.aligned_allocate().unwrap()(table.context(), 64, 1000);
 //!     assert!(!p.is_null() && p as usize % 64 == 0);
-//!     table.aligned_deallocate.unwrap()(table.context, p);
+//!     table.aligned_deallocate().unwrap()(table.context(), p);
 //! }
 //! assert_eq!(BACKEND.stats().live_bytes, 0);
 //! ```
@@ -57,7 +57,10 @@ pub use limited::Limited;
 #[cfg(feature = "mimalloc")]
 pub use mimalloc::Mimalloc;
 pub use system::System;
-pub use table::{AllocatorTable, TABLE_MIN_ALIGN, TableAllocator};
+pub use table::{
+    AlignedAllocateFn, AllocateFn, AllocatorTable, DeallocateFn, RawTableParts, ReallocateFn,
+    TABLE_MIN_ALIGN, TableAllocator,
+};
 
 /// The backend the default provider uses, chosen by cargo features.
 ///

@@ -46,22 +46,65 @@ pub const TABLE_MIN_ALIGN: usize = 16;
 ///
 /// The struct is `Copy`: the consuming library copies it once, as `xnn_initialize` does, and
 /// what must stay alive is what `context` points to.
+///
+/// # Soundness: every table keeps the contract
+///
+/// The fields are private. Safe code gets a table only from [`for_allocator`] (which builds
+/// one that keeps the contract for a `&'static` allocator) or by copying an existing one;
+/// building a table from raw function pointers and a raw context is
+/// [`from_raw_parts`](AllocatorTable::from_raw_parts), an `unsafe fn` whose caller promises
+/// the contract. So a `&AllocatorTable` in safe code is always a table that may be called
+/// through (which is what lets `keepalloc_kernels::initialize` be a safe function), and a
+/// foreign (C) table enters Rust only through an `unsafe` step.
+///
+/// # Which blocks go where
+///
+/// Blocks from this table carry a 16-byte (or alignment-sized) header before the pointer;
+/// blocks from the Rust face of the same owner (the `Allocator` impl of the provider's
+/// `AllocatorHandle`, or the backend itself) carry none. They are NOT interchangeable: free
+/// a table block through a table of the same owner (any table built by `for_allocator` for the
+/// same allocator), and a Rust block through the Rust `Allocator` with its `Layout`. The
+/// header records a cookie derived from the table's context: a block freed or reallocated
+/// through a table of another owner is detected (free aborts with a message, since it has no
+/// status to return; `reallocate` returns NULL and leaves the block alone).
+///
+/// Safe code cannot write a table's fields:
+///
+/// ```compile_fail
+/// use keepalloc_allocators::{AllocatorTable, System};
+/// static TABLE: AllocatorTable = AllocatorTable::for_allocator(&System);
+/// let mut bogus = TABLE;
+/// bogus.context = 0x10 as *mut core::ffi::c_void; // error: the field is private
+/// ```
+///
+/// [`for_allocator`]: AllocatorTable::for_allocator
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct AllocatorTable {
     /// Opaque pointer passed as the first argument to every function.
-    pub context: *mut c_void,
+    context: *mut c_void,
     /// General allocation ([`TABLE_MIN_ALIGN`]-aligned).
-    pub allocate: Option<AllocateFn>,
+    allocate: Option<AllocateFn>,
     /// Resize, keeping contents; `NULL` pointer allocates.
-    pub reallocate: Option<ReallocateFn>,
+    reallocate: Option<ReallocateFn>,
     /// Frees a block from `allocate` or `reallocate`; NULL is a no-op.
-    pub deallocate: Option<DeallocateFn>,
+    deallocate: Option<DeallocateFn>,
     /// Allocation with a power-of-two alignment.
-    pub aligned_allocate: Option<AlignedAllocateFn>,
+    aligned_allocate: Option<AlignedAllocateFn>,
     /// Frees a block from `aligned_allocate`; NULL is a no-op.
-    pub aligned_deallocate: Option<DeallocateFn>,
+    aligned_deallocate: Option<DeallocateFn>,
 }
+
+/// The raw parts of a table, as [`AllocatorTable::raw_parts`] returns them and
+/// [`AllocatorTable::from_raw_parts`] takes them.
+pub type RawTableParts = (
+    *mut c_void,
+    Option<AllocateFn>,
+    Option<ReallocateFn>,
+    Option<DeallocateFn>,
+    Option<AlignedAllocateFn>,
+    Option<DeallocateFn>,
+);
 
 /// Tables are equal when [`same_as`](AllocatorTable::same_as) says so (address equality).
 impl PartialEq for AllocatorTable {
@@ -81,13 +124,116 @@ unsafe impl Sync for AllocatorTable {}
 /// Size of the per-block header that records `(size, alignment)`.
 const HEADER: usize = 16;
 
+/// Written before every user pointer. `tag` is the block's alignment's log2 in its low byte
+/// and the context's cookie above it.
 #[repr(C)]
 struct Header {
     size: usize,
-    align: usize,
+    tag: usize,
+}
+
+/// The cookie of a table's context: which owner a block belongs to.
+#[inline]
+fn cookie(context: *mut c_void) -> usize {
+    ((context as usize) ^ 0x6b65_6570_616c_6c6f_u64 as usize)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
+        & !0xff
+}
+
+#[inline]
+fn tag(context: *mut c_void, align: usize) -> usize {
+    cookie(context) | align.trailing_zeros() as usize
 }
 
 impl AllocatorTable {
+    /// A table from raw parts: a C library's `xnn_allocator`, a runtime's own functions, a
+    /// test's deliberately broken callbacks.
+    ///
+    /// # Safety
+    /// For as long as the table (or a copy) can be called through, every function that is
+    /// `Some` must honour the contract in the type's docs when called with `context`, from any
+    /// thread; what `context` points to must stay alive that long. Empty slots are allowed
+    /// (callers check [`is_complete`](Self::is_complete) or the slot).
+    pub const unsafe fn from_raw_parts(
+        context: *mut c_void,
+        allocate: Option<AllocateFn>,
+        reallocate: Option<ReallocateFn>,
+        deallocate: Option<DeallocateFn>,
+        aligned_allocate: Option<AlignedAllocateFn>,
+        aligned_deallocate: Option<DeallocateFn>,
+    ) -> Self {
+        AllocatorTable {
+            context,
+            allocate,
+            reallocate,
+            deallocate,
+            aligned_allocate,
+            aligned_deallocate,
+        }
+    }
+
+    /// The raw parts, in field order (to rebuild a changed table with
+    /// [`from_raw_parts`](Self::from_raw_parts)).
+    pub const fn raw_parts(&self) -> RawTableParts {
+        (
+            self.context,
+            self.allocate,
+            self.reallocate,
+            self.deallocate,
+            self.aligned_allocate,
+            self.aligned_deallocate,
+        )
+    }
+
+    /// The `context` passed to every function.
+    #[inline]
+    pub const fn context(&self) -> *mut c_void {
+        self.context
+    }
+
+    /// The `allocate` slot.
+    #[inline]
+    pub const fn allocate(&self) -> Option<AllocateFn> {
+        self.allocate
+    }
+
+    /// The `reallocate` slot.
+    #[inline]
+    pub const fn reallocate(&self) -> Option<ReallocateFn> {
+        self.reallocate
+    }
+
+    /// The `deallocate` slot.
+    #[inline]
+    pub const fn deallocate(&self) -> Option<DeallocateFn> {
+        self.deallocate
+    }
+
+    /// The `aligned_allocate` slot.
+    #[inline]
+    pub const fn aligned_allocate(&self) -> Option<AlignedAllocateFn> {
+        self.aligned_allocate
+    }
+
+    /// The `aligned_deallocate` slot.
+    #[inline]
+    pub const fn aligned_deallocate(&self) -> Option<DeallocateFn> {
+        self.aligned_deallocate
+    }
+
+    /// A raw pointer to the `context` field of the table at `table`, for code that must
+    /// rewrite a live table in place (the negative control that reproduces ONNX Runtime's
+    /// racy provider). Computing it is safe; writing through it is `unsafe` and must keep the
+    /// table's contract (the new context must be one the table's functions accept).
+    #[inline]
+    pub const fn context_field(table: *mut AllocatorTable) -> *mut *mut c_void {
+        // Pointer arithmetic only: `table` is never dereferenced here.
+        table
+            .cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(AllocatorTable, context))
+            .cast()
+    }
+
     /// Builds the table for `allocator`, which must live for the rest of the process because
     /// a C library may keep the context pointer that long.
     pub const fn for_allocator<A: Allocator + Sync>(allocator: &'static A) -> Self {
@@ -197,26 +343,34 @@ unsafe fn alloc_block<A: Allocator>(
         let user = base.add(pad);
         user.sub(HEADER).cast::<Header>().write(Header {
             size,
-            align: layout.align(),
+            tag: tag(context, layout.align()),
         });
         user.cast()
     }
 }
 
-/// Recovers the block layout of a user pointer from its header.
+/// Recovers the block layout of a user pointer from its header; `None` when the header's
+/// cookie is not `context`'s (a block of another owner, or not a table block).
 ///
 /// # Safety
-/// `user` is a live block returned by this module.
+/// `user` is a live block returned by a table of this module (of any owner).
 #[inline]
-unsafe fn block_of(user: *mut c_void) -> (NonNull<u8>, Layout, usize) {
+unsafe fn block_of(
+    context: *mut c_void,
+    user: *mut c_void,
+) -> Option<(NonNull<u8>, Layout, usize)> {
     // SAFETY: every user pointer has its header in the HEADER bytes before it.
     let header = unsafe { user.cast::<u8>().sub(HEADER).cast::<Header>().read() };
-    let pad = header.align.max(HEADER);
+    if header.tag & !0xff != cookie(context) {
+        return None;
+    }
+    let align = 1usize << (header.tag & 0xff);
+    let pad = align.max(HEADER);
     // SAFETY: the header was written from a layout that `from_size_align` accepted.
-    let layout = unsafe { Layout::from_size_align_unchecked(header.size + pad, header.align) };
+    let layout = unsafe { Layout::from_size_align_unchecked(header.size + pad, align) };
     // SAFETY: `user - pad` is the block base, non-null since it came from an allocator.
     let base = unsafe { NonNull::new_unchecked(user.cast::<u8>().sub(pad)) };
-    (base, layout, pad)
+    Some((base, layout, pad))
 }
 
 unsafe extern "C" fn table_allocate<A: Allocator + Sync>(
@@ -250,8 +404,11 @@ unsafe extern "C" fn table_reallocate<A: Allocator + Sync>(
         return unsafe { table_allocate::<A>(context, size) };
     }
     no_unwind(ptr::null_mut(), || {
-        // SAFETY: `pointer` is a live block of this table (the C caller's promise).
-        let (base, old, pad) = unsafe { block_of(pointer) };
+        // SAFETY: `pointer` is a live table block (the C caller's promise).
+        let Some((base, old, pad)) = (unsafe { block_of(context, pointer) }) else {
+            // Another owner's block: refuse (NULL), and leave it alone.
+            return ptr::null_mut();
+        };
         let Some((new, new_pad)) = block_layout(size, old.align()) else {
             return ptr::null_mut();
         };
@@ -276,7 +433,7 @@ unsafe extern "C" fn table_reallocate<A: Allocator + Sync>(
             let user = block.as_ptr().cast::<u8>().add(pad);
             user.sub(HEADER).cast::<Header>().write(Header {
                 size,
-                align: old.align(),
+                tag: tag(context, old.align()),
             });
             user.cast()
         }
@@ -290,14 +447,19 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync>(
     if pointer.is_null() {
         return;
     }
+    // SAFETY: `pointer` is a live table block (the C caller's promise).
+    let Some((base, layout, _)) = (unsafe { block_of(context, pointer) }) else {
+        // There is no status to return from a free, and freeing another owner's block
+        // through this one would corrupt both heaps.
+        eprintln!(
+            "keepalloc: {pointer:p} was freed through a table that did not allocate it \
+             (another owner's block, or not a table block); aborting"
+        );
+        std::process::abort();
+    };
     let freed = catch_unwind(AssertUnwindSafe(|| {
-        // `pointer` is a live block of this table (the C caller's promise), and the
-        // context is a `&'static A`.
-        // SAFETY: `pointer` is a live block of this table and `context` a `&'static A`.
-        unsafe {
-            let (base, layout, _) = block_of(pointer);
-            (*(context as *const A)).deallocate(base, layout);
-        }
+        // SAFETY: `base` is a live block of the `&'static A` behind `context`, with `layout`.
+        unsafe { (*(context as *const A)).deallocate(base, layout) }
     }));
     if freed.is_err() {
         // There is no status to return from a free, and unwinding into C is undefined.

@@ -6,25 +6,43 @@
 use core::alloc::Layout;
 
 use allocator_api2::alloc::Allocator;
-use keepalloc_allocators::{AllocatorTable, Counting, System, TableAllocator};
+use keepalloc_allocators::{AllocatorTable, Counting, RawTableParts, System, TableAllocator};
 
 // Two allocators with distinct addresses (zero-sized statics could share one).
 static A: Counting<System> = Counting::new(System);
 static B: Counting<System> = Counting::new(System);
 
+/// `table` rebuilt from its raw parts after `change`.
+///
+/// # Safety
+/// The changed parts keep the table contract for as long as the table is called through
+/// (emptying a slot always does; a context must be an allocator of the type the functions
+/// were built for, or the table must never be called).
+unsafe fn changed(
+    table: AllocatorTable,
+    change: impl FnOnce(&mut RawTableParts),
+) -> AllocatorTable {
+    let mut p = table.raw_parts();
+    change(&mut p);
+    // SAFETY: the caller's promise.
+    unsafe { AllocatorTable::from_raw_parts(p.0, p.1, p.2, p.3, p.4, p.5) }
+}
+
 /// The table with one of its six slots changed: slot 0 is the context, 1..=5 the functions.
 fn with_slot_changed(table: AllocatorTable, slot: usize) -> AllocatorTable {
-    let mut t = table;
-    match slot {
-        0 => t.context = &B as *const Counting<System> as *mut _,
-        1 => t.allocate = None,
-        2 => t.reallocate = None,
-        3 => t.deallocate = None,
-        4 => t.aligned_allocate = None,
-        5 => t.aligned_deallocate = None,
-        _ => unreachable!(),
+    // SAFETY: slots are only emptied, and the context is only replaced by `B`, a
+    // `Counting<System>` like the `A` the functions were built for.
+    unsafe {
+        changed(table, |t| match slot {
+            0 => t.0 = &B as *const Counting<System> as *mut _,
+            1 => t.1 = None,
+            2 => t.2 = None,
+            3 => t.3 = None,
+            4 => t.4 = None,
+            5 => t.5 = None,
+            _ => unreachable!(),
+        })
     }
-    t
 }
 
 #[test]
@@ -69,8 +87,8 @@ fn a_table_is_complete_only_with_every_function() {
         );
     }
     // The context is not a function: any pointer (NULL included) leaves the table complete.
-    let mut no_context = full;
-    no_context.context = core::ptr::null_mut();
+    // SAFETY: this table is only inspected, never called through.
+    let no_context = unsafe { changed(full, |t| t.0 = core::ptr::null_mut()) };
     assert!(no_context.is_complete());
 }
 
@@ -79,9 +97,13 @@ fn small_requests_use_the_malloc_slots_and_over_aligned_ones_the_aligned_slots()
     // Only the malloc-style slots: requests aligned to at most 16 must work through them
     // (including grow and shrink through `reallocate`); stricter ones find an empty slot,
     // which is an allocation failure.
-    let mut malloc_only = AllocatorTable::for_allocator(&A);
-    malloc_only.aligned_allocate = None;
-    malloc_only.aligned_deallocate = None;
+    // SAFETY: slots are only emptied.
+    let malloc_only = unsafe {
+        changed(AllocatorTable::for_allocator(&A), |t| {
+            t.4 = None;
+            t.5 = None;
+        })
+    };
     // SAFETY: the table's remaining slots are `for_allocator`'s, which honour the contract.
     let t = unsafe { TableAllocator::new(&malloc_only) };
     let before = A.stats();
@@ -124,10 +146,14 @@ fn small_requests_use_the_malloc_slots_and_over_aligned_ones_the_aligned_slots()
     );
 
     // Only the aligned slots: the mirror image.
-    let mut aligned_only = AllocatorTable::for_allocator(&A);
-    aligned_only.allocate = None;
-    aligned_only.reallocate = None;
-    aligned_only.deallocate = None;
+    // SAFETY: slots are only emptied.
+    let aligned_only = unsafe {
+        changed(AllocatorTable::for_allocator(&A), |t| {
+            t.1 = None;
+            t.2 = None;
+            t.3 = None;
+        })
+    };
     // SAFETY: as above.
     let t = unsafe { TableAllocator::new(&aligned_only) };
     let p = t

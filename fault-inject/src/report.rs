@@ -48,13 +48,18 @@ pub mod exit {
     pub const LAYOUT_MISMATCH: i32 = 17;
     /// The library's context holds a live owner other than the one it captured.
     pub const OWNER_REBUILT: i32 = 18;
+    /// Guard-page mode (`KEEPALLOC_SCRIBBLE=guard:1/N`): a freed guarded block was read or
+    /// written; the fault handler reported it (`SIGSEGV`/`SIGBUS` at the faulting instruction).
+    pub const GUARD_USE_AFTER_FREE: i32 = 19;
+    /// Guard-page mode: the guard page before or after a live guarded block was touched.
+    pub const GUARD_OUT_OF_BOUNDS: i32 = 22;
     /// Callers got different allocators, or the library captured another one.
     pub const IDENTITY_MISMATCH: i32 = 20;
     /// Any other broken promise (an owner too many, a leak, a wrong error, a poisoned once).
     pub const INVARIANT: i32 = 21;
 
     /// Every code with its name, as `keepalloc-harness --list` prints them.
-    pub const ALL: [(&str, i32); 18] = [
+    pub const ALL: [(&str, i32); 20] = [
         ("pass", PASS),
         ("harness-error", HARNESS_ERROR),
         ("usage", USAGE),
@@ -69,6 +74,8 @@ pub mod exit {
         ("red-zone-after", RED_ZONE_AFTER),
         ("layout-mismatch", LAYOUT_MISMATCH),
         ("owner-rebuilt", OWNER_REBUILT),
+        ("guard-use-after-free", GUARD_USE_AFTER_FREE),
+        ("guard-out-of-bounds", GUARD_OUT_OF_BOUNDS),
         ("identity-mismatch", IDENTITY_MISMATCH),
         ("invariant", INVARIANT),
         ("tsan-report", TSAN_REPORT),
@@ -206,6 +213,7 @@ pub fn findings() -> Vec<Finding> {
 /// If another thread is already ending the run, this thread parks for good (the process is
 /// about to exit), so exactly one result line is printed.
 pub fn fatal(finding: Finding) -> ! {
+    crate::scribble::print_history(&finding);
     eprintln!("keepalloc-fault: {finding}{}", context());
     {
         let mut all = FINDINGS.lock().unwrap_or_else(PoisonError::into_inner);

@@ -184,6 +184,9 @@ pub mod kind {
     pub const IDENTITY_MISMATCH: &str = "identity-mismatch";
     /// The library's owner was dropped or freed: its witness reads as the free fill.
     pub const USE_AFTER_FREE: &str = "use-after-free";
+    /// The same, seen first by guard-page mode (`KEEPALLOC_SCRIBBLE=guard:1/N`): the read
+    /// of the freed owner's witness faulted on its `PROT_NONE` page.
+    pub const GUARD_USE_AFTER_FREE: &str = "guard-use-after-free";
     /// The library's context holds a live owner that is not the one it captured.
     pub const OWNER_REBUILT: &str = "owner-rebuilt";
     /// A caller failed without any attempt being made for it: the once will not retry.
@@ -266,18 +269,23 @@ impl Variant {
         use Scenario as S;
         use kind::*;
         match (self, scenario) {
-            (Variant::Racy, S::ColdStart | S::RetryUnderRace | S::OwnerBuildFailure) => {
-                &[SECOND_OWNER, IDENTITY_MISMATCH, USE_AFTER_FREE]
-            }
+            (Variant::Racy, S::ColdStart | S::RetryUnderRace | S::OwnerBuildFailure) => &[
+                SECOND_OWNER,
+                IDENTITY_MISMATCH,
+                USE_AFTER_FREE,
+                GUARD_USE_AFTER_FREE,
+            ],
             (Variant::NaiveRetry, S::RetryAfterCapture | S::RetryUnderRace | S::PanicInInit) => {
-                &[SECOND_OWNER, USE_AFTER_FREE]
+                &[SECOND_OWNER, USE_AFTER_FREE, GUARD_USE_AFTER_FREE]
             }
             (
                 Variant::PoisoningOnce,
                 S::RetryAfterCapture | S::PanicInInit | S::OwnerBuildFailure,
             ) => &[NO_RETRY],
             (Variant::BuildRace, S::ColdStart | S::OwnerBuildFailure) => &[SECOND_OWNER],
-            (Variant::DropOnOom, S::OutOfMemory) => &[USE_AFTER_FREE, SECOND_OWNER],
+            (Variant::DropOnOom, S::OutOfMemory) => {
+                &[USE_AFTER_FREE, GUARD_USE_AFTER_FREE, SECOND_OWNER]
+            }
             _ => &[],
         }
     }
@@ -416,16 +424,16 @@ fn library_uses_its_capture() {
     let Some(t) = keepalloc_kernels::captured_table() else {
         return;
     };
-    let (Some(allocate), Some(deallocate)) = (t.allocate, t.deallocate) else {
+    let (Some(allocate), Some(deallocate)) = (t.allocate(), t.deallocate()) else {
         return;
     };
     // The captured table keeps the xnn_allocator contract; the block is freed at once and
     // never touched.
     // SAFETY: a contract-keeping table; one block, freed once.
     unsafe {
-        let p = allocate(t.context, 16);
+        let p = allocate(t.context(), 16);
         if !p.is_null() {
-            deallocate(t.context, p);
+            deallocate(t.context(), p);
         }
     }
 }
@@ -507,10 +515,11 @@ fn check_captured(id: &Identity) {
             "not-captured",
             "the library never captured a table",
         )),
-        Some(t) if t.context as usize != id.context => {
+        Some(t) if t.context() as usize != id.context => {
             report::record(Finding::IdentityMismatch(format!(
                 "the library captured context {:p}, but the published owner's is {:#x}",
-                t.context, id.context
+                t.context(),
+                id.context
             )))
         }
         Some(_) if witness::captured_serial() != id.serial => {
@@ -536,7 +545,7 @@ fn check_library() {
 /// A 64-byte allocation through `id`'s C table: written, read back, freed.
 fn check_alloc_64(id: &Identity) {
     let t = id.table;
-    let (Some(allocate), Some(deallocate)) = (t.allocate, t.deallocate) else {
+    let (Some(allocate), Some(deallocate)) = (t.allocate(), t.deallocate()) else {
         report::record(Finding::invariant("table-incomplete", "a NULL slot"));
         return;
     };
@@ -544,7 +553,7 @@ fn check_alloc_64(id: &Identity) {
     // control's canary functions); the 64 bytes are used inside the block and freed once.
     // SAFETY: the table keeps the xnn_allocator contract; the block is used in bounds and freed once.
     unsafe {
-        let p = allocate(t.context, 64).cast::<u8>();
+        let p = allocate(t.context(), 64).cast::<u8>();
         if p.is_null() {
             report::record(Finding::invariant("alloc-64", "allocate(64) returned NULL"));
             return;
@@ -553,7 +562,7 @@ fn check_alloc_64(id: &Identity) {
             p.add(i).write(i as u8 ^ 0x5A);
         }
         let intact = (0..64).all(|i| p.add(i).read() == i as u8 ^ 0x5A);
-        deallocate(t.context, p.cast());
+        deallocate(t.context(), p.cast());
         if !intact {
             report::record(Finding::invariant(
                 "alloc-64",

@@ -194,7 +194,7 @@ pub unsafe fn check(at: *const Witness, size: usize) -> u64 {
 /// allocation through the copy, and the owner's witness (checked by the callback, as in
 /// every call) tells its serial. From then on every callback compares against it.
 pub fn record_capture(table: AllocatorTable) {
-    let (Some(allocate), Some(deallocate)) = (table.allocate, table.deallocate) else {
+    let (Some(allocate), Some(deallocate)) = (table.allocate(), table.deallocate()) else {
         report::record(Finding::invariant(
             "table-incomplete",
             "the library captured a table with a NULL slot",
@@ -206,9 +206,9 @@ pub fn record_capture(table: AllocatorTable) {
     // control's table); one byte is allocated and freed at once.
     // SAFETY: a contract-keeping table; the block is freed once and never used.
     unsafe {
-        let p = allocate(table.context, 1);
+        let p = allocate(table.context(), 1);
         if !p.is_null() {
-            deallocate(table.context, p);
+            deallocate(table.context(), p);
         }
     }
     PROBING.with(|p| p.set(false));

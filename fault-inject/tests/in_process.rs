@@ -32,7 +32,7 @@ fn main() {
     assert_eq!(stats.init_attempts, plan.attempts(), "{stats:?}");
     let captured = keepalloc_kernels::captured_table().expect("captured");
     assert_eq!(
-        captured.context,
+        captured.context(),
         PROVIDER.get().expect("published").context()
     );
     println!(

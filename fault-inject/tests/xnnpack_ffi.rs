@@ -222,7 +222,7 @@ static FAIL_FIRST: AtomicU32 = AtomicU32::new(0);
 
 fn init_xnnpack(table: &'static AllocatorTable) -> Result<(), InitError> {
     let n = HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
-    HOOK_CONTEXTS.lock().unwrap().push(table.context as usize);
+    HOOK_CONTEXTS.lock().unwrap().push(table.context() as usize);
     // AllocatorTable is `struct xnn_allocator` field for field (the C layout test
     // proves it against xnnpack.h) and the table lives for the rest of the process.
     // SAFETY: the layouts match and the table lives for the rest of the process.

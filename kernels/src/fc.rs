@@ -154,10 +154,11 @@ impl FullyConnected {
     /// Creates the operator, allocating through `table` instead of the captured one (for
     /// tests and failure injection that must not touch the process-wide state).
     ///
-    /// The table must follow the `xnn_allocator` contract (as every table from
-    /// [`AllocatorTable::for_allocator`] does) and what its `context` points to must outlive
-    /// the operator; `&'static` covers the table itself. A table with a NULL slot is
-    /// [`KernelError::InvalidTable`].
+    /// Safe because every [`AllocatorTable`] follows the `xnn_allocator` contract: safe code
+    /// can only build one with [`AllocatorTable::for_allocator`] (for a `&'static` allocator,
+    /// so its context outlives the operator), and [`AllocatorTable::from_raw_parts`] is
+    /// `unsafe`, its caller promising the contract and the context's lifetime. A table with a
+    /// NULL slot is [`KernelError::InvalidTable`].
     pub fn create_with_table(
         table: &'static AllocatorTable,
         desc: &FullyConnectedDesc<'_>,

@@ -297,9 +297,10 @@ fn bad_inputs_are_errors() {
         create(ok.with_isa(Isa::Neon)),
         Err(KernelError::UnsupportedIsa { isa: Isa::Neon })
     );
-    static EMPTY: AllocatorTable = AllocatorTable {
-        aligned_allocate: None,
-        ..AllocatorTable::for_allocator(&BACKEND)
+    static EMPTY: AllocatorTable = {
+        let p = AllocatorTable::for_allocator(&BACKEND).raw_parts();
+        // SAFETY: `for_allocator`'s parts with one slot emptied keep the contract.
+        unsafe { AllocatorTable::from_raw_parts(p.0, p.1, p.2, p.3, None, p.5) }
     };
     assert_eq!(
         FullyConnected::create_with_table(&EMPTY, &ok).map(drop),

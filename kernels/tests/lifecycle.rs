@@ -14,9 +14,10 @@ static TABLE_A: AllocatorTable = AllocatorTable::for_allocator(&FIRST);
 static TABLE_B: AllocatorTable = AllocatorTable::for_allocator(&SECOND);
 /// Equal to `TABLE_A` field by field, at another address.
 static TABLE_A_COPY: AllocatorTable = AllocatorTable::for_allocator(&FIRST);
-static INCOMPLETE: AllocatorTable = AllocatorTable {
-    deallocate: None,
-    ..AllocatorTable::for_allocator(&FIRST)
+static INCOMPLETE: AllocatorTable = {
+    let p = AllocatorTable::for_allocator(&FIRST).raw_parts();
+    // SAFETY: `for_allocator`'s parts with one slot emptied keep the contract.
+    unsafe { AllocatorTable::from_raw_parts(p.0, p.1, p.2, None, p.4, p.5) }
 };
 
 fn set_env(value: Option<&str>) {
@@ -98,7 +99,7 @@ fn main() {
         (&TABLE_B, None, &TABLE_A, &SECOND, &FIRST)
     };
     assert_eq!(
-        captured.context,
+        captured.context(),
         owner as *const _ as *mut core::ffi::c_void
     );
 

@@ -1,21 +1,78 @@
 /*
- * keepalloc.h — the C face of keepalloc's process-wide allocator provider.
+ * keepalloc.h — the C face of keepalloc's process-wide allocator provider. ABI version 1.
  *
- * A runtime calls keepalloc_acquire() from every session it creates, passing an init hook
- * that hands the table to the consuming library (for XNNPACK: xnn_initialize). keepalloc
- * builds the allocator owner at most once in the process, publishes its table and runs the
- * hook exactly once across all threads, all inside one once. A failed hook can be retried;
- * it never causes a second owner to be built, so a pointer the library captured during a
- * failed attempt stays valid for the life of the process.
+ * One allocator OWNER per process serves several consuming LIBRARIES (XNNPACK, oneDNN, a
+ * runtime's own arena). keepalloc builds the owner at most once in the process and publishes
+ * its table (the owner's once); each library's init hook then runs inside that library's own
+ * retry-safe once, keyed by the library's name:
  *
- * Link with libkeepalloc.a (plus -lpthread -ldl -lm) or libkeepalloc.so.
- * Compiles as C11 and C++17.
+ *   - every library gets the same table pointer, for the life of the process;
+ *   - each library's hook succeeds at most once; a failed (non-zero, throwing) hook leaves
+ *     that library uninitialized, and the next call retries it with the same owner;
+ *   - libraries never wait for each other's hooks, only for the owner's construction;
+ *   - a hook failure never causes a second owner to be built, so a pointer a library captured
+ *     during a failed attempt stays valid for the life of the process.
+ *
+ * keepalloc_acquire(init, ...) is the library named "default".
+ *
+ * THREAD SAFETY. Every function may be called from any thread at any time. The table's
+ * functions are thread-safe.
+ *
+ * BLOCKING. Only the acquire functions block, and only on the slow path: a caller waits while
+ * another thread constructs the owner, or while another thread runs a hook of THE SAME
+ * library. After a library's first success, acquiring it is two atomic loads and never
+ * blocks. keepalloc_get_table, keepalloc_get_stats, keepalloc_library_initialized and
+ * keepalloc_version never block. keepalloc_set_backend and keepalloc_backend_name take a short
+ * internal lock (never held while anything else runs). Registering a new library name takes
+ * another short lock, never held while a hook runs.
+ *
+ * HOOKS. A hook runs with no keepalloc lock held. It may throw a C++ exception: the exception
+ * is caught (and destroyed), the attempt is reset and the call returns KEEPALLOC_INIT_FAILED
+ * (KEEPALLOC_HOOK_THREW in keepalloc_acquire_ex); the same holds for a Rust panic escaping a
+ * hook written in Rust. A hook must not longjmp out of the call. A hook may acquire OTHER
+ * libraries; acquiring its own library from inside its hook returns KEEPALLOC_REENTERED
+ * (instead of waiting for itself for ever). Two hooks of different libraries that acquire
+ * each other from two threads at once wait for each other: do not build such cycles.
+ *
+ * FORK. keepalloc registers a pthread_atfork child handler on the first acquire. In the child:
+ *   - everything published before the fork works: the same table, its allocations, frees of
+ *     blocks allocated before the fork, libraries already initialized;
+ *   - an attempt that was running in ANOTHER thread of the parent at the fork (the owner's
+ *     construction, or a library's hook) can never finish in the child: an acquire that
+ *     would wait for it returns KEEPALLOC_FORKED_DURING_INIT at once instead of hanging. Other
+ *     libraries can still be initialized in the child (if the owner had been published);
+ *   - a hook that itself calls fork() continues in the child as in the parent.
+ * Residual window: each once has an internal lock held for a few instructions while an
+ * attempt starts or ends; a fork inside those instructions leaves it held in the child.
+ * The usual POSIX rule applies on top: after fork() in a multithreaded process, call only
+ * async-signal-safe functions until exec, unless you know what the other threads held.
+ *
+ * VERSION. KEEPALLOC_VERSION_MAJOR/MINOR/PATCH are the version of the header; compare them
+ * with keepalloc_version() at run time. The library's soname is libkeepalloc.so.0.
+ *
+ * Link with `pkg-config --libs keepalloc` (shared) or `pkg-config --static --libs keepalloc`
+ * (libkeepalloc.a needs -lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl).
+ * Compiles as C99, C11, C17 and C++11 to C++20.
  */
 #ifndef KEEPALLOC_H
 #define KEEPALLOC_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#define KEEPALLOC_VERSION_MAJOR 0
+#define KEEPALLOC_VERSION_MINOR 1
+#define KEEPALLOC_VERSION_PATCH 0
+/* (major << 16) | (minor << 8) | patch: what keepalloc_version() returns. */
+#define KEEPALLOC_MAKE_VERSION(major, minor, patch) \
+  ((uint32_t)(((uint32_t)(major) << 16) | ((uint32_t)(minor) << 8) | (uint32_t)(patch)))
+#define KEEPALLOC_VERSION \
+  KEEPALLOC_MAKE_VERSION(KEEPALLOC_VERSION_MAJOR, KEEPALLOC_VERSION_MINOR, KEEPALLOC_VERSION_PATCH)
+
+/* How many libraries one process can register (the "default" library included). */
+#define KEEPALLOC_MAX_LIBRARIES 16
+/* The longest library name, in bytes (not counting the terminating NUL). */
+#define KEEPALLOC_MAX_LIBRARY_NAME 63
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,7 +83,13 @@ extern "C" {
  * aligned to 16; aligned_allocate's alignment must be a power of two (else NULL);
  * reallocate(ctx, NULL, n) allocates; a failed reallocate leaves the old block valid and
  * unchanged; freeing NULL is a no-op; size 0 returns a unique non-NULL block that must be
- * freed; deallocate and aligned_deallocate are interchangeable. Thread-safe. */
+ * freed; deallocate and aligned_deallocate are interchangeable. Thread-safe.
+ * Blocks carry a 16-byte (or alignment-sized) header before the pointer: free them only
+ * through this table, never with free() or through another allocator. The header carries a
+ * cookie of its owner: a block freed through a table of another owner aborts the process
+ * with a message (a free has no status), and reallocate of such a block returns NULL and
+ * leaves it alone. Blocks of the Rust face of the same owner (its Allocator impl) carry no
+ * header and cannot be freed through the table, nor the other way round. */
 typedef struct keepalloc_table {
   void* context;
   void* (*allocate)(void* context, size_t size);
@@ -37,42 +100,145 @@ typedef struct keepalloc_table {
 } keepalloc_table;
 
 typedef enum keepalloc_status {
+  /* Success. For an acquire: *out_table is the process-wide table. */
   KEEPALLOC_OK = 0,
+  /* The hook returned non-zero, threw a C++ exception or panicked. The owner is kept, the
+   * library stays uninitialized, and the next call retries. */
   KEEPALLOC_INIT_FAILED = 1,
+  /* The owner could not be constructed (its backend could not reserve memory). No owner
+   * exists; the next call tries again. */
   KEEPALLOC_OUT_OF_MEMORY = 2,
-  KEEPALLOC_INVALID_ARGUMENT = 3
+  /* A required pointer argument was NULL (or a keepalloc_backend function was NULL).
+   * Nothing happened. */
+  KEEPALLOC_INVALID_ARGUMENT = 3,
+  /* The library name is empty, longer than KEEPALLOC_MAX_LIBRARY_NAME bytes or not UTF-8.
+   * Nothing happened (no owner was built, nothing was registered). */
+  KEEPALLOC_INVALID_LIBRARY_NAME = 4,
+  /* KEEPALLOC_MAX_LIBRARIES names are registered and this one is not among them. Nothing
+   * happened; the registered libraries keep working. */
+  KEEPALLOC_TOO_MANY_LIBRARIES = 5,
+  /* Called from inside the attempt it would have to wait for: a hook acquiring its own
+   * library. Nothing happened; the outer attempt continues. */
+  KEEPALLOC_REENTERED = 6,
+  /* keepalloc_get_table: no table has been published yet. */
+  KEEPALLOC_NOT_PUBLISHED = 7,
+  /* keepalloc_set_backend: a different backend was registered first, or the owner has
+   * already been built. Nothing changed. */
+  KEEPALLOC_BACKEND_CONFLICT = 8,
+  /* In a fork() child: the attempt this call would wait for was running in another thread
+   * of the parent when it forked (see FORK above). */
+  KEEPALLOC_FORKED_DURING_INIT = 9
 } keepalloc_status;
 
-/* Initializes the consuming library with the published table; 0 means success.
- * It runs inside keepalloc's once: it must not call keepalloc_acquire itself (that would
- * wait for itself), and must not unwind (throw a C++ exception or longjmp) out of the call. */
+/* What happened to the caller's own hook (keepalloc_acquire_ex). */
+typedef enum keepalloc_hook_result {
+  /* No hook was given, or the call ended before the hook could run (bad input, the owner
+   * could not be built, re-entry, fork). */
+  KEEPALLOC_HOOK_NOT_CALLED = 0,
+  /* This call ran the hook and it returned 0: this call initialized the library. */
+  KEEPALLOC_HOOK_SUCCEEDED = 1,
+  /* The library was already initialized (by an earlier call or another thread): the hook
+   * was not called. */
+  KEEPALLOC_HOOK_ALREADY_DONE = 2,
+  /* This call ran the hook and it returned non-zero (status KEEPALLOC_INIT_FAILED). */
+  KEEPALLOC_HOOK_FAILED = 3,
+  /* This call ran the hook and it threw (status KEEPALLOC_INIT_FAILED). */
+  KEEPALLOC_HOOK_THREW = 4
+} keepalloc_hook_result;
+
+/* Initializes a consuming library with the published table; 0 means success. It may throw a
+ * C++ exception (see HOOKS above); it must not longjmp out of the call. */
 typedef int (*keepalloc_init_fn)(const keepalloc_table* table, void* user_data);
 
-/* Creates the process-wide owner (once, ever), publishes its table and calls `init`
- * exactly once across all threads, all inside one once. On success *out_table is the
- * process-wide table, the same pointer for every caller for the life of the process.
- * On failure *out_table is untouched, the call can be retried, and an owner that was
- * already constructed is kept. `init` may be NULL (publish only).
+/* Builds the owner (once, ever), publishes its table, and runs `init` for the library named
+ * `library` unless that library is already initialized, inside the library's own once.
+ * `library` is a NUL-terminated UTF-8 name of 1 to KEEPALLOC_MAX_LIBRARY_NAME bytes,
+ * compared by content; at most KEEPALLOC_MAX_LIBRARIES names per process.
+ * `init` may be NULL: then the call builds and publishes the owner only, and consumes no
+ * library's once (a later call with a hook still runs it).
  *
- * Returns KEEPALLOC_INVALID_ARGUMENT when out_table is NULL (nothing else happens),
- * KEEPALLOC_OUT_OF_MEMORY when the owner could not be constructed, KEEPALLOC_INIT_FAILED
- * when `init` returned non-zero. Once one call has succeeded, `init` and `user_data` of
- * later calls are ignored and the call is one atomic load. */
+ * On KEEPALLOC_OK *out_table is the process-wide table, the same pointer for every library
+ * and every caller. On any other status *out_table is untouched. Statuses: INVALID_ARGUMENT
+ * (library or out_table NULL), INVALID_LIBRARY_NAME, TOO_MANY_LIBRARIES, OUT_OF_MEMORY,
+ * INIT_FAILED, REENTERED, FORKED_DURING_INIT. KEEPALLOC_OK does not say whether THIS call's
+ * hook ran (it may have been initialized by another caller): use keepalloc_acquire_ex. */
+keepalloc_status keepalloc_acquire_library(const char* library, keepalloc_init_fn init,
+                                           void* user_data, const keepalloc_table** out_table);
+
+/* keepalloc_acquire_library, and *out_result (when out_result is not NULL) says what
+ * happened to THIS call's hook: it is written on every return, KEEPALLOC_HOOK_NOT_CALLED
+ * when the call ended before the hook could run. */
+keepalloc_status keepalloc_acquire_ex(const char* library, keepalloc_init_fn init,
+                                      void* user_data, const keepalloc_table** out_table,
+                                      keepalloc_hook_result* out_result);
+
+/* The "default" library: keepalloc_acquire_library("default", init, user_data, out_table).
+ * Returns KEEPALLOC_INVALID_ARGUMENT when out_table is NULL (nothing else happens). Once the
+ * default library is initialized, `init` and `user_data` of later calls are ignored and the
+ * call returns KEEPALLOC_OK without calling them. */
 keepalloc_status keepalloc_acquire(keepalloc_init_fn init, void* user_data,
                                    const keepalloc_table** out_table);
+
+/* The published table without acquiring anything (no owner is built, no hook runs, never
+ * blocks): KEEPALLOC_OK and *out_table, or KEEPALLOC_NOT_PUBLISHED (*out_table untouched),
+ * or KEEPALLOC_INVALID_ARGUMENT when out_table is NULL. */
+keepalloc_status keepalloc_get_table(const keepalloc_table** out_table);
+
+/* 1 when `library`'s hook has succeeded, else 0 (also for NULL or an invalid name). */
+int keepalloc_library_initialized(const char* library);
+
+/* A C runtime's own allocator, to be wrapped by keepalloc's owner (the same once, counting
+ * and table as the built-in backend). The same layout as keepalloc_table. Contract: every
+ * function is thread-safe, returns NULL on failure and never throws; allocate and reallocate
+ * return blocks aligned to at least 16; aligned_allocate(ctx, alignment, size) takes a
+ * power of two; reallocate keeps the contents and leaves the block valid when it fails;
+ * deallocate frees blocks from allocate/reallocate and aligned_deallocate blocks from
+ * aligned_allocate. keepalloc never calls them with size 0 or a NULL block. The functions
+ * and `context` must stay valid for the rest of the process. */
+typedef keepalloc_table keepalloc_backend;
+
+/* Makes `backend` the backend of the process-wide owner. Call it before the first acquire.
+ * The first registration wins: registering the same functions and context again returns
+ * KEEPALLOC_OK; a different backend, or any backend once the owner has been built (with the
+ * built-in backend or another one), returns KEEPALLOC_BACKEND_CONFLICT and changes nothing.
+ * KEEPALLOC_INVALID_ARGUMENT when backend or any of its functions is NULL. keepalloc copies
+ * the struct into memory it never frees. */
+keepalloc_status keepalloc_set_backend(const keepalloc_backend* backend);
 
 typedef struct keepalloc_stats {
   uint64_t owners_constructed, init_attempts, init_successes;
   uint64_t allocations, deallocations, live_bytes, peak_bytes;
 } keepalloc_stats;
 
-/* Fills *out with the provider's counters: the once's (owners constructed, init attempts
- * and successes) and the owner's allocations through the table (bytes include keepalloc's
- * 16-byte-or-alignment block header). Does nothing when out is NULL. */
+/* Fills *out with the counters: owners constructed (0 or 1), the default library's hook
+ * calls and successes, and the owner's allocations through the table (bytes include
+ * keepalloc's block header). Does nothing when out is NULL. Never blocks. */
 void keepalloc_get_stats(keepalloc_stats* out);
 
-/* The name of the backend this library was built with: "system", "mimalloc" or "bumpalo". */
+/* KEEPALLOC_VERSION of the library that is linked (compare with the header's). */
+uint32_t keepalloc_version(void);
+
+/* The owner's backend: "system", "mimalloc" or "bumpalo" (built in), "plugged"
+ * (keepalloc_set_backend). */
 const char* keepalloc_backend_name(void);
+
+/* ---- Debugging: run the provider over Scribble (docs/embedding.md) ----
+ * Decided once, at the first acquire: the spec given here, else the environment variable
+ * KEEPALLOC_SCRIBBLE, else no Scribble. A spec is a comma-separated list such as
+ * "guard:1/64,stacks:both,quarantine:8MiB" (guard:1/N samples 1 in N blocks into guard-page
+ * mode; stacks:none|free|both records allocation and free stacks; see docs/embedding.md for
+ * every key). KEEPALLOC_INVALID_ARGUMENT, with nothing changed (see
+ * keepalloc_scribble_error()), for NULL, a bad spec, or a call after the first acquire; a bad
+ * KEEPALLOC_SCRIBBLE makes the first acquire return KEEPALLOC_INVALID_ARGUMENT and builds no
+ * owner. A violation prints a report with both stacks and ends the process (_exit): 12 write
+ * after free, 13 double free, 14 invalid free, 15/16 red zone before/after, 17 layout
+ * mismatch, 19 a freed guarded block touched, 22 a guard page touched. Not thread-safe
+ * against a concurrent first acquire: call it before any. */
+keepalloc_status keepalloc_scribble_configure(const char* spec);
+/* The last refused setting's message, or NULL. */
+const char* keepalloc_scribble_error(void);
+/* 1: the provider runs over Scribble; 0: plain; -1: not decided yet, or the setting is bad. */
+int keepalloc_scribble_enabled(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

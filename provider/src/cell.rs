@@ -45,7 +45,8 @@ const COMPLETE: u8 = 2;
 /// While one attempt runs the other callers block on a condition variable (no spinning);
 /// after a failure exactly one of them is woken to retry. Calling `get_or_try_init` on the
 /// same cell from inside `make_owner` or `publish` waits for itself for ever (as with
-/// `std::sync::OnceLock`), so an init hook must not re-enter its own provider.
+/// `std::sync::OnceLock`); [`GlobalProvider`](crate::GlobalProvider) puts a thread-local
+/// marker around its attempts and returns `ProviderError::Reentered` instead.
 ///
 /// This is what `once_cell`'s `get_or_try_init` does not do: it builds the value inside the
 /// fallible closure and drops it when the closure fails, which is exactly wrong when the
@@ -188,6 +189,13 @@ impl<T> KeepCell<T> {
         self.state.load(Ordering::Acquire) == COMPLETE
     }
 
+    /// True while an attempt is running (some thread is inside `make_owner` or `publish`).
+    /// A snapshot: meant for diagnostics and for a `fork()` child handler, where a running
+    /// attempt belongs to a thread the child does not have.
+    pub fn is_attempt_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+    }
+
     /// The owner if one has been constructed, published or not. An owner whose publication
     /// failed is still here (that is the point), and is the one the next attempt publishes.
     pub fn owner(&self) -> Option<&T> {
@@ -319,6 +327,44 @@ impl<T> Drop for KeepCell<T> {
                 unsafe { (*slot).assume_init_drop() }
             };
             self.owner.with_mut(drop_owner);
+        }
+    }
+}
+
+/// The same two mutants, reached from a provider's library onces: since the owner's once
+/// completes before any library hook runs, a hook failure never fails the owner's attempt, so
+/// the provider calls these when a library's hook fails (`drop_on_failure`) or is retried
+/// (`rebuild_in_place`). Compiled only under `--cfg keepalloc_cell_mutant`, never in a default
+/// build; NOT sound, on purpose.
+#[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+impl<T> KeepCell<T> {
+    /// Drops the owner in place and forgets it: the next attempt builds another.
+    #[doc(hidden)]
+    pub fn mutant_drop_owner(&self) {
+        let guard = self.locked();
+        if self.has_owner.swap(false, Ordering::AcqRel) {
+            let drop_owner = |slot: *mut MaybeUninit<T>| {
+                // SAFETY: NOT sound, on purpose: the library may still hold the owner.
+                unsafe { (*slot).assume_init_drop() }
+            };
+            self.owner.with_mut(drop_owner);
+            self.state.store(INCOMPLETE, Ordering::Relaxed);
+        }
+        drop(guard);
+    }
+}
+
+#[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
+impl<T> KeepCell<T> {
+    /// Builds a new owner over the existing one, at the same address.
+    #[doc(hidden)]
+    pub fn mutant_rebuild<E>(&self, make_owner: impl FnOnce() -> Result<T, E>) {
+        if !self.has_owner.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(owner) = make_owner() {
+            // SAFETY: NOT sound, on purpose: readers may hold references into the slot.
+            self.owner.with_mut(|slot| unsafe { (*slot).write(owner) });
         }
     }
 }

@@ -13,6 +13,9 @@
 //! * [`GlobalProvider`]: a `static`-constructible process-wide provider for a backend and a
 //!   library init hook; [`DEFAULT_PROVIDER`] is the one for the feature-selected
 //!   [`DefaultBackend`](keepalloc_allocators::DefaultBackend).
+//! * Several libraries on one owner: [`GlobalProvider::acquire_library`] runs each named
+//!   library's init hook in a [`LibraryOnce`] of its own on top of the owner's once (a
+//!   bounded registry: [`MAX_LIBRARIES`], names up to [`MAX_LIBRARY_NAME`] bytes).
 //! * [`Provider`]: the cheap per-session value whose
 //!   [`preferred_allocator`](Provider::preferred_allocator) returns the shared
 //!   [`AllocatorHandle`].
@@ -28,18 +31,26 @@
 //! let a = session_a.preferred_allocator().unwrap();
 //! let b = session_b.preferred_allocator().unwrap();
 //! assert_eq!(a, b);
-//! assert_eq!(a.table().context, a.context());
+//! assert_eq!(a.table().context(), a.context());
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cell;
+mod library;
 #[cfg(not(loom))]
 mod provider;
+#[cfg(not(loom))]
+mod registry;
 mod sync;
 
 pub use cell::{CellStats, KeepCell};
+pub use library::{HookRan, LibraryOnce};
 #[cfg(not(loom))]
 pub use provider::{
     AllocatorHandle, DEFAULT_PROVIDER, GlobalProvider, InitError, InitHook, Owner, Provider,
     ProviderError, ProviderStats,
+};
+#[cfg(not(loom))]
+pub use registry::{
+    DEFAULT_LIBRARY, LibraryError, MAX_LIBRARIES, MAX_LIBRARY_NAME, check_name, check_name_bytes,
 };

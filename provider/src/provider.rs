@@ -6,11 +6,14 @@ use core::ffi::c_void;
 use core::fmt;
 use core::ptr::NonNull;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, CountingStats, DefaultBackend};
 
 use crate::cell::{CellStats, KeepCell};
+use crate::library::{HookRan, LibraryOnce};
+use crate::registry::{DEFAULT_LIBRARY, LibraryError, Registry};
 
 /// Why the consuming library's initialization failed (returned by an init hook).
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +58,90 @@ pub enum ProviderError {
     /// path returns in registers.)
     #[error("the library's initialization failed (the owner is kept; retry): {0}")]
     InitFailed(#[source] InitError),
+    /// The library name was refused (empty, too long, not UTF-8, or the registry is full);
+    /// nothing was registered and no hook ran.
+    #[error("invalid library name: {0}")]
+    Library(#[from] LibraryError),
+    /// The call came from inside an attempt it would have to wait for: a library's own init
+    /// hook acquiring the same library, or the backend constructor acquiring its provider.
+    /// Without this check the call would wait for itself for ever.
+    #[error("`{library}` re-entered its own initialization from inside it (it would deadlock)")]
+    Reentered {
+        /// The library (or `"owner construction"`).
+        library: String,
+    },
+    /// This process is a `fork()` child and the attempt this call would wait for was running
+    /// in another thread of the parent when it forked: no thread of the child can ever finish
+    /// it (see [`GlobalProvider::after_fork_in_child`]).
+    #[error(
+        "`{library}`'s initialization was running in another thread when this process forked; it can never finish here"
+    )]
+    OrphanedByFork {
+        /// The library (or `"owner construction"`).
+        library: String,
+    },
+}
+
+/// The provider's side of the cell mutants (never in a default build).
+#[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+mod mutant {
+    use crate::cell::KeepCell;
+
+    /// Drops the owner when a library's hook fails or panics, unless disarmed.
+    pub(super) struct DropOwnerOnFailure<'a, T> {
+        pub(super) cell: &'a KeepCell<T>,
+        pub(super) armed: bool,
+    }
+
+    impl<T> Drop for DropOwnerOnFailure<'_, T> {
+        fn drop(&mut self) {
+            if self.armed {
+                self.cell.mutant_drop_owner();
+            }
+        }
+    }
+}
+
+/// What this thread is inside of: `(provider address, library slot)` pairs, with
+/// [`OWNER_SLOT`] for the owner's construction. Only the thread running an attempt pushes,
+/// and it pops when the attempt ends (also when it unwinds).
+mod active {
+    use std::cell::RefCell;
+
+    /// The "slot" of the owner's construction.
+    pub(super) const OWNER_SLOT: usize = usize::MAX;
+
+    thread_local! {
+        static ACTIVE: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// True when this thread is inside `(provider, slot)`'s attempt.
+    pub(super) fn inside(provider: usize, slot: usize) -> bool {
+        ACTIVE
+            .try_with(|a| a.borrow().contains(&(provider, slot)))
+            .unwrap_or(false)
+    }
+
+    /// Marks this thread as inside `(provider, slot)` until the guard drops.
+    pub(super) struct Inside(usize, usize);
+
+    impl Inside {
+        pub(super) fn enter(provider: usize, slot: usize) -> Inside {
+            let _ = ACTIVE.try_with(|a| a.borrow_mut().push((provider, slot)));
+            Inside(provider, slot)
+        }
+    }
+
+    impl Drop for Inside {
+        fn drop(&mut self) {
+            let _ = ACTIVE.try_with(|a| {
+                let mut a = a.borrow_mut();
+                if let Some(i) = a.iter().rposition(|&e| e == (self.0, self.1)) {
+                    a.remove(i);
+                }
+            });
+        }
+    }
 }
 
 /// The consuming library's initialization: gets the published table (at its final,
@@ -125,7 +212,13 @@ impl<B: Allocator + Sync> Owner<B> {
 /// assert_eq!(ALLOCATOR.stats().owners_constructed, 1);
 /// ```
 pub struct GlobalProvider<B: 'static> {
+    /// The owner's once: construction and table publication, nothing else.
     cell: KeepCell<Owner<B>>,
+    /// Each consuming library's once, keyed by name; slot 0 is the default library.
+    libraries: Registry,
+    /// Set in a `fork()` child: bit 0 the owner's once, bit `1 + slot` a library's, for each
+    /// attempt that another thread of the parent was running at the fork.
+    orphaned: AtomicU32,
     make_backend: fn() -> Result<B, AllocError>,
     init: Option<InitHook>,
 }
@@ -138,70 +231,234 @@ impl<B> fmt::Debug for GlobalProvider<B> {
     }
 }
 
-/// A provider's counters: the once cell's and the owner's allocation counts.
+/// A provider's counters: the owner's construction, the default library's init hook, and
+/// the owner's allocation counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProviderStats {
     /// Owners constructed (0 or 1, ever).
     pub owners_constructed: u64,
-    /// Initialization attempts run.
+    /// Attempts of the owner's once (each one tried to construct or publish the owner).
+    pub owner_attempts: u64,
+    /// Init hooks of the default library called.
     pub init_attempts: u64,
-    /// Initialization attempts that published (0 or 1, ever).
+    /// Init hooks of the default library that succeeded (0 or 1, ever).
     pub init_successes: u64,
     /// The owner's allocation counters (zero before an owner exists).
     pub allocator: CountingStats,
 }
 
 impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
-    /// A provider that will build its owner with `make_backend` and publish it to `init`.
+    /// A provider that will build its owner with `make_backend` and hand it to `init` (the
+    /// default library's hook).
     pub const fn new(make_backend: fn() -> Result<B, AllocError>, init: Option<InitHook>) -> Self {
         GlobalProvider {
             cell: KeepCell::new(),
+            libraries: Registry::new(),
+            orphaned: AtomicU32::new(0),
             make_backend,
             init,
         }
     }
 
-    /// Returns the process-wide allocator, creating the owner, publishing its table and
-    /// running the init hook (inside one once) if that has not happened yet.
+    /// Returns the process-wide allocator, creating the owner and publishing its table (the
+    /// owner's once), then running the provider's init hook as the default library (its own
+    /// once) if that has not succeeded yet. A provider without a hook only publishes.
     ///
-    /// After the first success this is one `Acquire` load.
+    /// After the first success this is one or two `Acquire` loads.
     #[inline]
     pub fn acquire(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
-        if let Some(owner) = self.cell.get() {
-            return Ok(AllocatorHandle { owner });
-        }
         match self.init {
             Some(init) => self.acquire_with(init),
-            None => self.acquire_with(|_| Ok(())),
+            None => self.publish(),
         }
     }
 
-    /// As [`acquire`](Self::acquire), but with this call's own init hook instead of the
-    /// provider's. The hook runs only if this call is the one that runs the attempt.
+    /// Builds the owner (once, ever) and publishes its table, and nothing else: no library's
+    /// once is run or consumed.
     #[inline]
-    pub fn acquire_with(
-        &'static self,
-        init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
-    ) -> Result<AllocatorHandle<B>, ProviderError> {
+    pub fn publish(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
         if let Some(owner) = self.cell.get() {
             return Ok(AllocatorHandle { owner });
+        }
+        self.publish_slow()
+    }
+
+    #[cold]
+    fn publish_slow(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
+        let me = self as *const Self as usize;
+        if active::inside(me, active::OWNER_SLOT) {
+            return Err(ProviderError::Reentered {
+                library: "owner construction".into(),
+            });
+        }
+        if self.orphaned.load(Ordering::Relaxed) & 1 != 0 {
+            return Err(ProviderError::OrphanedByFork {
+                library: "owner construction".into(),
+            });
         }
         let make_backend = self.make_backend;
         self.cell
             .get_or_try_init(
                 || {
+                    let _inside = active::Inside::enter(me, active::OWNER_SLOT);
                     make_backend()
                         .map(Owner::new)
                         .map_err(|_| ProviderError::OutOfMemory)
                 },
-                |owner: &'static Owner<B>| init(owner.table()).map_err(ProviderError::InitFailed),
+                |owner: &'static Owner<B>| {
+                    owner.table();
+                    Ok(())
+                },
             )
             .map(|owner| AllocatorHandle { owner })
     }
 
-    /// The published allocator, if publication has succeeded (no side effects).
+    /// As [`acquire`](Self::acquire), but with this call's own hook for the default library
+    /// instead of the provider's. The hook runs only if the default library has not been
+    /// initialized yet and this call is the one that runs the attempt.
+    #[inline]
+    pub fn acquire_with(
+        &'static self,
+        init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
+    ) -> Result<AllocatorHandle<B>, ProviderError> {
+        if self.libraries.default_library().is_initialized() {
+            if let Some(owner) = self.cell.get() {
+                return Ok(AllocatorHandle { owner });
+            }
+        }
+        self.run_library(0, self.libraries.default_library(), DEFAULT_LIBRARY, init)
+            .map(|(handle, _)| handle)
+    }
+
+    /// The owner (built and published once, ever), with `library`'s init hook run inside
+    /// that library's own retry-safe once: each library's hook succeeds at most once, a
+    /// failed one is retried by the next caller with the same owner, and different libraries
+    /// never wait for each other's hooks (only for the owner's construction). Every library
+    /// gets the same table. [`HookRan`] says whether THIS call's hook ran.
+    ///
+    /// Errors: [`ProviderError::Library`] for a refused name (empty, longer than
+    /// [`MAX_LIBRARY_NAME`](crate::MAX_LIBRARY_NAME), or a new name when
+    /// [`MAX_LIBRARIES`](crate::MAX_LIBRARIES) are registered); [`ProviderError::Reentered`]
+    /// when called from inside `library`'s own hook; [`ProviderError::OutOfMemory`] and
+    /// [`ProviderError::InitFailed`] as for `acquire`.
+    ///
+    /// ```
+    /// use keepalloc_allocators::System;
+    /// use keepalloc_provider::{GlobalProvider, HookRan, InitError};
+    /// static ALLOCATOR: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    ///
+    /// let (a, ran) = ALLOCATOR.acquire_library("xnnpack", |_| Ok(())).unwrap();
+    /// assert_eq!(ran, HookRan::Ran);
+    /// // The second library still gets its own hook called, with the same owner.
+    /// let (b, ran) = ALLOCATOR.acquire_library("onednn", |_| Ok(())).unwrap();
+    /// assert_eq!(ran, HookRan::Ran);
+    /// assert_eq!(a, b);
+    /// let (_, ran) = ALLOCATOR.acquire_library("xnnpack", |_| Ok(())).unwrap();
+    /// assert_eq!(ran, HookRan::AlreadyInitialized);
+    /// ```
+    pub fn acquire_library(
+        &'static self,
+        library: &str,
+        init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
+    ) -> Result<(AllocatorHandle<B>, HookRan), ProviderError> {
+        let (slot, once) = self.libraries.slot(library)?;
+        self.run_library(slot, once, library, init)
+    }
+
+    fn run_library(
+        &'static self,
+        slot: usize,
+        once: &LibraryOnce,
+        library: &str,
+        init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
+    ) -> Result<(AllocatorHandle<B>, HookRan), ProviderError> {
+        let me = self as *const Self as usize;
+        if active::inside(me, slot) {
+            return Err(ProviderError::Reentered {
+                library: library.to_owned(),
+            });
+        }
+        let handle = self.publish()?;
+        if !once.is_initialized() && self.orphaned.load(Ordering::Relaxed) & (2 << slot) != 0 {
+            return Err(ProviderError::OrphanedByFork {
+                library: library.to_owned(),
+            });
+        }
+        // ... and under `drop_on_failure` a failed or panicking hook drops the owner
+        // (once_cell's retry).
+        #[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+        let mut mutant = mutant::DropOwnerOnFailure {
+            cell: &self.cell,
+            armed: true,
+        };
+        let ran = once.run(|| {
+            let _inside = active::Inside::enter(me, slot);
+            // The campaign's proof that its witnesses stand outside the provider: under
+            // `--cfg keepalloc_cell_mutant="rebuild_in_place"` a retried hook first rebuilds
+            // the owner in place (never in a default build).
+            #[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
+            if once.stats().init_attempts > 1 {
+                let make_backend = self.make_backend;
+                self.cell.mutant_rebuild(|| make_backend().map(Owner::new));
+            }
+            init(handle.table()).map_err(ProviderError::InitFailed)
+        })?;
+        #[cfg(keepalloc_cell_mutant = "drop_on_failure")]
+        {
+            mutant.armed = false;
+        }
+        Ok((handle, ran))
+    }
+
+    /// Call in the child right after `fork()` (a `pthread_atfork` child handler: the C
+    /// library registers one for its provider). Every attempt that was running in another
+    /// thread of the parent at the fork is orphaned: that thread does not exist in the child,
+    /// so the attempt can never finish, and a call that would wait for it returns
+    /// [`ProviderError::OrphanedByFork`] instead of waiting for ever. Attempts that were not
+    /// running are unaffected: the child can publish, initialize other libraries and retry.
+    /// An attempt the forking thread itself was running (a hook that forks) continues in the
+    /// child. Only atomics and this thread's marker are read: nothing allocates or locks.
+    pub fn after_fork_in_child(&self) {
+        let me = self as *const Self as usize;
+        let mut orphaned = 0u32;
+        if self.cell.is_attempt_running() && !active::inside(me, active::OWNER_SLOT) {
+            orphaned |= 1;
+        }
+        for slot in 0..crate::registry::MAX_LIBRARIES {
+            if self.libraries.once(slot).is_running() && !active::inside(me, slot) {
+                orphaned |= 2 << slot;
+            }
+        }
+        self.orphaned.fetch_or(orphaned, Ordering::Relaxed);
+    }
+
+    /// True once `library`'s init hook has succeeded (no side effects, no registration).
+    pub fn is_initialized(&self, library: &str) -> bool {
+        self.libraries
+            .lookup(library)
+            .is_some_and(LibraryOnce::is_initialized)
+    }
+
+    /// `library`'s counters (hooks called, successes), if it was ever acquired.
+    pub fn library_stats(&self, library: &str) -> Option<CellStats> {
+        self.libraries.lookup(library).map(LibraryOnce::stats)
+    }
+
+    /// The published owner's handle, if the owner's once has completed (whatever the
+    /// libraries' state): what `keepalloc_get_table` reads. No side effects.
+    #[inline]
+    pub fn publish_get(&'static self) -> Option<AllocatorHandle<B>> {
+        self.cell.get().map(|owner| AllocatorHandle { owner })
+    }
+
+    /// The published allocator, if [`acquire`](Self::acquire) would return it without
+    /// running anything: the owner is published and, for a provider with an init hook, the
+    /// default library is initialized.
     #[inline]
     pub fn get(&'static self) -> Option<AllocatorHandle<B>> {
+        if self.init.is_some() && !self.libraries.default_library().is_initialized() {
+            return None;
+        }
         self.cell.get().map(|owner| AllocatorHandle { owner })
     }
 
@@ -211,15 +468,21 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
         self.cell.owner()
     }
 
-    /// The counters.
+    /// The counters: owners constructed, the default library's hooks, the allocations.
     pub fn stats(&self) -> ProviderStats {
         let CellStats {
             owners_constructed,
+            init_attempts: owner_attempts,
+            ..
+        } = self.cell.stats();
+        let CellStats {
             init_attempts,
             init_successes,
-        } = self.cell.stats();
+            ..
+        } = self.libraries.default_library().stats();
         ProviderStats {
             owners_constructed,
+            owner_attempts,
             init_attempts,
             init_successes,
             allocator: self

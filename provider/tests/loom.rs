@@ -1,7 +1,9 @@
 //! Loom models of `KeepCell`: every interleaving of 2 and 3 threads racing the first
 //! acquire, an attempt that fails after the library captured the owner, and a panicking
-//! attempt. Plus the negative control: the same model with the owner built inside the
-//! fallible closure (once_cell style) must FAIL.
+//! attempt; and of two libraries on one owner (`LibraryOnce` on top of the owner's cell, one
+//! library failing once after capture). Plus the negative controls: the owner built inside
+//! the fallible closure (once_cell style), the check-then-act race, and one once shared by
+//! both libraries must each FAIL.
 //!
 //! Run with `cargo xtask loom` (that is `RUSTFLAGS="--cfg loom" cargo test --release -p
 //! keepalloc-provider --test loom`).
@@ -12,7 +14,7 @@ use loom::sync::Mutex;
 use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use loom::thread;
 
-use keepalloc_provider::KeepCell;
+use keepalloc_provider::{KeepCell, LibraryOnce};
 
 /// The owner: counts its drops so that a dropped owner is seen.
 struct Owner {
@@ -336,4 +338,112 @@ fn racy_check_then_act_model_fails() {
         });
     });
     assert!(outcome.is_err(), "the racy model must fail under loom");
+}
+
+/// One library's init hook in the two-library models: counts its successful calls and
+/// captures the owner it was given.
+#[derive(Default)]
+struct Consumer {
+    lib: Library,
+    successes: AtomicUsize,
+}
+
+/// What `GlobalProvider::acquire_library` does: the owner's once (construct + publish), then
+/// the library's own once around its hook. The caller picks the library's once: the real
+/// provider gives each library its own; the negative control below shares one.
+fn acquire_library(
+    cell: &KeepCell<Owner>,
+    once: &LibraryOnce,
+    consumer: &Consumer,
+    drops: &Arc<AtomicUsize>,
+    failures_left: &AtomicUsize,
+) -> Result<usize, ()> {
+    let owner = cell.get_or_try_init(
+        || {
+            Ok(Owner {
+                drops: drops.clone(),
+            })
+        },
+        |_| Ok(()),
+    )?;
+    once.run(|| {
+        consumer.lib.capture(owner);
+        if take_one(failures_left) {
+            return Err(());
+        }
+        consumer.successes.fetch_add(1, SeqCst);
+        Ok(())
+    })?;
+    Ok(owner as *const Owner as usize)
+}
+
+/// Two libraries on one owner: thread A initializes library A (whose first hook fails after
+/// capturing the owner, then retries), thread B library B. `shared` makes both libraries use
+/// ONE once (the negative control).
+fn two_libraries(shared: bool) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.check(move || {
+        let cell = Arc::new(KeepCell::new());
+        let onces = Arc::new([LibraryOnce::new(), LibraryOnce::new()]);
+        let consumers = Arc::new([Consumer::default(), Consumer::default()]);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let failures_left = Arc::new([AtomicUsize::new(1), AtomicUsize::new(0)]);
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let (cell, onces, consumers, drops, failures_left) = (
+                    cell.clone(),
+                    onces.clone(),
+                    consumers.clone(),
+                    drops.clone(),
+                    failures_left.clone(),
+                );
+                thread::spawn(move || {
+                    let once = if shared { &onces[0] } else { &onces[i] };
+                    loop {
+                        if let Ok(at) =
+                            acquire_library(&cell, once, &consumers[i], &drops, &failures_left[i])
+                        {
+                            return at;
+                        }
+                        thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let s = cell.stats();
+        assert_eq!(s.owners_constructed, 1, "owners constructed: {s:?}");
+        let owner = cell.get().expect("published") as *const Owner as usize;
+        assert!(results.iter().all(|&r| r == owner), "one table for both");
+        for (i, c) in consumers.iter().enumerate() {
+            assert_eq!(
+                c.successes.load(SeqCst),
+                1,
+                "library {i} was not initialized exactly once"
+            );
+            assert_eq!(c.lib.captured.load(SeqCst), owner, "library {i}'s owner");
+        }
+        assert_eq!(drops.load(SeqCst), 0, "an owner was dropped");
+    });
+}
+
+/// Every interleaving (preemption bound 3) of two libraries initialized on one owner, one of
+/// them failing once after capturing the owner.
+#[test]
+fn two_libraries_on_one_owner() {
+    two_libraries(false);
+}
+
+/// Negative control: one once shared by both libraries (the first version of the C API: the
+/// first library's success made every later hook a silent no-op). Must fail.
+#[test]
+fn shared_library_once_model_fails() {
+    let outcome = std::panic::catch_unwind(|| two_libraries(true));
+    assert!(
+        outcome.is_err(),
+        "a once shared by two libraries skips the second library's hook: the model must fail"
+    );
 }

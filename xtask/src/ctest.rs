@@ -6,6 +6,9 @@
 //! 4. the negative controls: broken `keepalloc.h` implementations the tests must catch, each
 //!    by the signature of its bug (the check it breaks, or its signal in its step); then the
 //!    bug-free baseline of each control file, which those tests must pass;
+//!    the controls on the REAL library (`controls/wrapped_library.c`, linked with
+//!    `-Wl,--wrap`: one library once for all names, no C++ trampoline, ...) and their
+//!    pass-through baseline;
 //! 5. `libkeepalloc.so`: the 32-thread test linked against the shared library instead;
 //! 6. the C++17 RAII example (`provider/capi/examples/raii_sessions.cpp`), two sessions on
 //!    two threads, with XNNPACK when it is installed;
@@ -214,6 +217,25 @@ fn controls(ctx: &Ctx) -> Result<(), String> {
                 ),
                 Err(e) => misses.push(e),
             }
+        }
+    }
+    println!("c-test: controls on the real library (controls/wrapped_library.c, -Wl,--wrap)");
+    for control in ctools::WRAP_CONTROLS {
+        for catch in control.caught_by {
+            match ctools::run_wrap_control(&ctx.tc, &ctx.dirs, &ctx.staticlib, control, catch, &out)
+            {
+                Ok(reason) => println!(
+                    "  control {} ({}): {} failed as it must: {reason}",
+                    control.name, control.breaks, catch.test
+                ),
+                Err(e) => misses.push(e),
+            }
+        }
+    }
+    for test in ctools::wrap_control_tests() {
+        match ctools::run_wrap_baseline(&ctx.tc, &ctx.dirs, &ctx.staticlib, test, &out) {
+            Ok(line) => println!("  wrap baseline: {line}"),
+            Err(e) => misses.push(e),
         }
     }
     println!("c-test: control baselines (bug-free, must pass what their controls fail)");

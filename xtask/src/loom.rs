@@ -4,7 +4,9 @@
 //! directory (so the normal build is not invalidated). The models: 2 threads racing the first
 //! acquire (exhaustive), 3 threads (preemption bound 3 unless `LOOM_MAX_PREEMPTIONS` says
 //! otherwise), a failure after the library captured the owner then a retry, a panicking
-//! attempt, and the negative control: the once_cell-style naive retry, which must fail.
+//! attempt, two libraries on one owner (each with its own `LibraryOnce`, preemption bound 3),
+//! and the negative controls: the once_cell-style naive retry, the check-then-act race and a
+//! once shared by two libraries, which must fail.
 
 use crate::util;
 

@@ -7,6 +7,7 @@ mod bench;
 mod c_adoption;
 mod ctest;
 mod fault_test;
+mod install;
 mod loom;
 mod mutants;
 mod ort_campaign;
@@ -25,6 +26,10 @@ commands:
   fault-test --runtime onnxruntime
                the fault campaign pointed at the real ONNX Runtime (see its --help)
   c-test       build libkeepalloc and run the C/C++ tests against keepalloc.h
+  install      install keepalloc as a C library: --prefix DIR (header, libkeepalloc.so.0
+               with its soname, libkeepalloc.a, pkgconfig/keepalloc.pc)
+  install-test install into a temp prefix and build, link and run a C program through
+               pkg-config, shared and static
   c-adoption   the C XNNPACK adoption check against Debian's and ExecuTorch's XNNPACK
   loom         model-check the provider's once cell under loom (all interleavings)
   miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
@@ -54,6 +59,8 @@ fn main() -> ExitCode {
         "tsan" => sanitizers::tsan(&rest),
         "c-test" => ctest::run(&rest),
         "c-adoption" => c_adoption::run(&rest),
+        "install" => install::run(&rest),
+        "install-test" => install::test(&rest),
         "loom" => loom::run(&rest),
         "mutants" => mutants::run(&rest),
         "runtimes" => runtimes::run(&rest),

@@ -60,7 +60,9 @@ impl Subject for BuildRace {
         let table = match *published {
             Some(table) => table,
             None => {
-                let table: &'static AllocatorTable = Box::leak(Box::new(CanaryOwner::table(owner)));
+                // SAFETY: `owner` lives in OWNER_HEAP (this control may drop it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
+                let table: &'static AllocatorTable =
+                    Box::leak(Box::new(unsafe { CanaryOwner::table(owner) }));
                 planned_initialize(table, Reinit::LikeXnnpack).map_err(|e| e.to_string())?;
                 *published = Some(table);
                 table
@@ -70,7 +72,7 @@ impl Subject for BuildRace {
         let owner: &'static CanaryOwner = unsafe { &*owner };
         Ok(Identity {
             owner: owner as *const CanaryOwner as usize,
-            context: table.context as usize,
+            context: table.context() as usize,
             table,
             serial: owner.serial(),
         })

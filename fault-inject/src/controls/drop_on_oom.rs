@@ -64,13 +64,15 @@ impl Subject for DropOnOom {
                     );
                     STORED.store(owner, Ordering::Release);
                 }
-                let table: &'static AllocatorTable = Box::leak(Box::new(CanaryOwner::table(owner)));
+                // SAFETY: `owner` lives in OWNER_HEAP (this control may drop it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
+                let table: &'static AllocatorTable =
+                    Box::leak(Box::new(unsafe { CanaryOwner::table(owner) }));
                 planned_initialize(table, Reinit::LikeXnnpack).map_err(|e| e.to_string())?;
                 *published = Some(table);
                 table
             }
         };
-        let owner = table.context as *const CanaryOwner;
+        let owner = table.context() as *const CanaryOwner;
         Ok(Identity {
             owner: owner as usize,
             context: owner as usize,

@@ -67,14 +67,23 @@ impl CanaryOwner {
 
     /// A table whose `context` is `owner` and whose functions are the witness-checking
     /// callbacks.
-    pub const fn table(owner: *const CanaryOwner) -> AllocatorTable {
-        AllocatorTable {
-            context: owner as *mut c_void,
-            allocate: Some(canary_allocate),
-            reallocate: Some(canary_reallocate),
-            deallocate: Some(canary_deallocate),
-            aligned_allocate: Some(canary_aligned_allocate),
-            aligned_deallocate: Some(canary_deallocate),
+    ///
+    /// # Safety
+    /// `owner` is a `CanaryOwner` from [`OWNER_HEAP`] (live or in quarantine: the callbacks
+    /// judge it, which is the point) for as long as the table can be called through.
+    pub const unsafe fn table(owner: *const CanaryOwner) -> AllocatorTable {
+        // SAFETY: the canary callbacks keep the table contract for an owner from OWNER_HEAP
+        // (they forward to its heap's table after checking its witness), which the caller
+        // promises `owner` is.
+        unsafe {
+            AllocatorTable::from_raw_parts(
+                owner as *mut c_void,
+                Some(canary_allocate),
+                Some(canary_reallocate),
+                Some(canary_deallocate),
+                Some(canary_aligned_allocate),
+                Some(canary_deallocate),
+            )
         }
     }
 }
@@ -117,7 +126,7 @@ unsafe extern "C" fn canary_allocate(context: *mut c_void, size: usize) -> *mut 
     // SAFETY: a canary table's context is always a `CanaryOwner` from `OWNER_HEAP`.
     let o = unsafe { owner(context) };
     // SAFETY: the owner's heap table is a `for_allocator` table.
-    let p = unsafe { o.heap.allocate.expect("complete")(o.heap.context, size) };
+    let p = unsafe { o.heap.allocate().expect("complete")(o.heap.context(), size) };
     after(context, o, p)
 }
 
@@ -129,7 +138,8 @@ unsafe extern "C" fn canary_aligned_allocate(
     // SAFETY: as in `canary_allocate`.
     let o = unsafe { owner(context) };
     // SAFETY: the owner's heap table is a `for_allocator` table.
-    let p = unsafe { o.heap.aligned_allocate.expect("complete")(o.heap.context, alignment, size) };
+    let p =
+        unsafe { o.heap.aligned_allocate().expect("complete")(o.heap.context(), alignment, size) };
     after(context, o, p)
 }
 
@@ -143,7 +153,7 @@ unsafe extern "C" fn canary_reallocate(
     // The owner's heap table is a `for_allocator` table; `pointer` is the caller's block
     // of it.
     // SAFETY: a `for_allocator` table and one of its blocks.
-    let p = unsafe { o.heap.reallocate.expect("complete")(o.heap.context, pointer, size) };
+    let p = unsafe { o.heap.reallocate().expect("complete")(o.heap.context(), pointer, size) };
     if size == 0 { p } else { after(context, o, p) }
 }
 
@@ -153,5 +163,5 @@ unsafe extern "C" fn canary_deallocate(context: *mut c_void, pointer: *mut c_voi
     // The owner's heap table is a `for_allocator` table; `pointer` is the caller's block of
     // it (its free functions are interchangeable).
     // SAFETY: a `for_allocator` table and one of its blocks.
-    unsafe { o.heap.deallocate.expect("complete")(o.heap.context, pointer) }
+    unsafe { o.heap.deallocate().expect("complete")(o.heap.context(), pointer) }
 }

@@ -22,11 +22,12 @@ static DONE: OnceLock<Result<Identity, String>> = OnceLock::new();
 fn attempt() -> Result<Identity, String> {
     let owner: &'static CanaryOwner =
         ABox::leak(CanaryOwner::try_boxed().map_err(|e| e.to_string())?);
-    let table: &'static AllocatorTable = Box::leak(Box::new(CanaryOwner::table(owner)));
+    // SAFETY: `owner` was allocated in OWNER_HEAP just above; the canary callbacks report a dead owner as a finding.
+    let table: &'static AllocatorTable = Box::leak(Box::new(unsafe { CanaryOwner::table(owner) }));
     planned_initialize(table, Reinit::LikeXnnpack).map_err(|e| e.to_string())?;
     Ok(Identity {
         owner: owner as *const CanaryOwner as usize,
-        context: table.context as usize,
+        context: table.context() as usize,
         table,
         serial: owner.serial(),
     })

@@ -35,7 +35,10 @@ struct SharedTable(UnsafeCell<AllocatorTable>);
 // the library's copy of the table can still race with a writer, which is the bug reproduced.
 unsafe impl Sync for SharedTable {}
 
-static TABLE: SharedTable = SharedTable(UnsafeCell::new(CanaryOwner::table(ptr::null())));
+// SAFETY: the context is NULL only until the first caller stores an owner from OWNER_HEAP into
+// it (below), before anything calls through the table.
+static TABLE: SharedTable =
+    SharedTable(UnsafeCell::new(unsafe { CanaryOwner::table(ptr::null()) }));
 
 /// The racy provider as a [`Subject`]. Sessions carry nothing: the original provider's
 /// state is all process-wide.
@@ -70,7 +73,7 @@ impl Subject for Racy {
         // deliberately unsynchronised.
         // SAFETY: an aligned atomic store into a static field.
         unsafe {
-            AtomicPtr::from_ptr(ptr::addr_of_mut!((*TABLE.0.get()).context).cast())
+            AtomicPtr::from_ptr(AllocatorTable::context_field(TABLE.0.get()).cast())
                 .store(owner.cast::<core::ffi::c_void>(), Ordering::Release);
         }
         // SAFETY: the static lives forever; its non-context fields are never written.

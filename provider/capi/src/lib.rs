@@ -1,36 +1,99 @@
-//! The C ABI of keepalloc (`provider/include/keepalloc.h`), for runtimes written in C or C++.
+//! The C ABI of keepalloc (`provider/include/keepalloc.h`, ABI version 1), for runtimes
+//! written in C or C++.
 //!
-//! `keepalloc_acquire` runs [`DEFAULT_PROVIDER`](keepalloc_provider::DEFAULT_PROVIDER)'s
-//! once with the caller's init hook; `keepalloc_get_stats` reads its counters. No panic
-//! crosses the boundary: a panic inside the once is caught and reported as
-//! `KEEPALLOC_INIT_FAILED` (the once stays retryable).
+//! One process-wide owner ([`backend::C_PROVIDER`]: the compile-time default backend, or one
+//! a C runtime plugs in with `keepalloc_set_backend`) serves several consuming libraries:
+//! `keepalloc_acquire_library(name, init, ...)` runs `init` inside that library's own
+//! retry-safe once, on top of the owner's once; `keepalloc_acquire` is the library named
+//! `"default"`. `keepalloc_acquire_ex` also says whether the caller's own hook ran.
+//!
+//! No unwinding crosses the boundary: a C++ exception escaping a hook is caught by a C++
+//! trampoline (`src/catch_hook.cpp`, since Rust cannot catch foreign exceptions), a Rust panic
+//! by `catch_unwind`; both reset the attempt and return `KEEPALLOC_INIT_FAILED`.
 
+use core::cell::Cell;
 use core::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
 
 use keepalloc_allocators::AllocatorTable;
-use keepalloc_provider::{DEFAULT_PROVIDER, InitError, ProviderError};
+use keepalloc_provider::{
+    AllocatorHandle, DEFAULT_LIBRARY, HookRan, InitError, LibraryError, MAX_LIBRARY_NAME,
+    ProviderError, check_name_bytes,
+};
+
+pub mod backend;
+pub mod scribble;
+
+use backend::{C_PROVIDER, CBackend};
 
 /// `keepalloc_table`: the same type as [`AllocatorTable`].
 pub type KeepallocTable = AllocatorTable;
 
-/// `keepalloc_status`.
+/// `keepalloc_backend`: a C runtime's allocator functions, with the same layout (and the
+/// backend contract described in `keepalloc.h`).
+pub type KeepallocBackend = AllocatorTable;
+
+/// `keepalloc_status`. See `keepalloc.h` for what each one means.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeepallocStatus {
     /// Success.
     Ok = 0,
-    /// The init hook failed (or panicked); retry later.
+    /// The init hook failed, threw or panicked; the owner is kept; retry later.
     InitFailed = 1,
     /// The owner could not be constructed.
     OutOfMemory = 2,
-    /// A required pointer argument was NULL.
+    /// A required pointer argument was NULL (or a backend function was missing).
     InvalidArgument = 3,
+    /// The library name is empty, longer than `KEEPALLOC_MAX_LIBRARY_NAME` or not UTF-8.
+    InvalidLibraryName = 4,
+    /// `KEEPALLOC_MAX_LIBRARIES` libraries are registered already.
+    TooManyLibraries = 5,
+    /// Called from inside the attempt it would wait for (a hook re-entering its library).
+    Reentered = 6,
+    /// `keepalloc_get_table`: no table has been published yet.
+    NotPublished = 7,
+    /// `keepalloc_set_backend`: another backend was registered, or the owner already exists.
+    BackendConflict = 8,
+    /// A `fork()` child: the attempt this call would wait for was running in another thread
+    /// of the parent at the fork, and can never finish in the child.
+    ForkedDuringInit = 9,
 }
 
-/// `keepalloc_init_fn`.
-pub type KeepallocInitFn =
-    Option<unsafe extern "C" fn(table: *const AllocatorTable, user_data: *mut c_void) -> c_int>;
+/// `keepalloc_hook_result`: what happened to the caller's own hook.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepallocHookResult {
+    /// No hook was given, or the call ended before the hook could run (bad input, the owner
+    /// could not be built, re-entry, fork).
+    NotCalled = 0,
+    /// This call ran the hook and it returned 0: this call initialized the library.
+    Succeeded = 1,
+    /// The library was already initialized: the hook was not called.
+    AlreadyDone = 2,
+    /// This call ran the hook and it returned non-zero.
+    Failed = 3,
+    /// This call ran the hook and it threw a C++ exception (or a Rust panic escaped it).
+    Threw = 4,
+}
+
+/// `keepalloc_init_fn`: `extern "C-unwind"`, so that a C++ exception or a Rust panic may
+/// escape it (keepalloc catches either).
+pub type KeepallocInitFn = Option<
+    unsafe extern "C-unwind" fn(table: *const AllocatorTable, user_data: *mut c_void) -> c_int,
+>;
+
+unsafe extern "C-unwind" {
+    /// `src/catch_hook.cpp`: calls `hook`; a C++ exception sets `*threw` and returns -1; a
+    /// Rust panic is rethrown.
+    fn keepalloc_internal_call_hook(
+        hook: unsafe extern "C-unwind" fn(*const AllocatorTable, *mut c_void) -> c_int,
+        table: *const AllocatorTable,
+        user_data: *mut c_void,
+        threw: *mut c_int,
+    ) -> c_int;
+}
 
 /// `keepalloc_stats`.
 #[repr(C)]
@@ -38,9 +101,9 @@ pub type KeepallocInitFn =
 pub struct KeepallocStats {
     /// Owners constructed (0 or 1).
     pub owners_constructed: u64,
-    /// Init attempts run.
+    /// Init hooks of the default library called.
     pub init_attempts: u64,
-    /// Init attempts that published (0 or 1).
+    /// Init hooks of the default library that succeeded (0 or 1).
     pub init_successes: u64,
     /// Allocations through the owner.
     pub allocations: u64,
@@ -52,11 +115,159 @@ pub struct KeepallocStats {
     pub peak_bytes: u64,
 }
 
+/// Parses one component of the crate version at compile time.
+const fn parse_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut n = 0u32;
+    let mut i = 0;
+    while i < b.len() {
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
+
+/// `KEEPALLOC_VERSION_MAJOR`: the crate's major version.
+pub const VERSION_MAJOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MAJOR"));
+/// `KEEPALLOC_VERSION_MINOR`.
+pub const VERSION_MINOR: u32 = parse_u32(env!("CARGO_PKG_VERSION_MINOR"));
+/// `KEEPALLOC_VERSION_PATCH`.
+pub const VERSION_PATCH: u32 = parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
+/// `KEEPALLOC_VERSION`: `(major << 16) | (minor << 8) | patch`.
+pub const VERSION: u32 = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH;
+
+/// Registers the `fork()` child handler once per process (see `keepalloc.h`, "fork").
+fn ensure_fork_handler() {
+    static REGISTER: Once = Once::new();
+    unsafe extern "C" {
+        fn pthread_atfork(
+            prepare: Option<unsafe extern "C" fn()>,
+            parent: Option<unsafe extern "C" fn()>,
+            child: Option<unsafe extern "C" fn()>,
+        ) -> c_int;
+    }
+    unsafe extern "C" fn in_child() {
+        C_PROVIDER.after_fork_in_child();
+    }
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only reads atomics and this thread's marker; the
+        // function pointer lives for the process.
+        let rc = unsafe { pthread_atfork(None, None, Some(in_child)) };
+        if rc != 0 {
+            eprintln!(
+                "keepalloc: pthread_atfork failed ({rc}); fork() during an attempt is not handled"
+            );
+        }
+    });
+}
+
+fn status_of(e: &ProviderError) -> KeepallocStatus {
+    match e {
+        ProviderError::OutOfMemory => KeepallocStatus::OutOfMemory,
+        ProviderError::InitFailed(_) => KeepallocStatus::InitFailed,
+        ProviderError::Library(LibraryError::Full { .. }) => KeepallocStatus::TooManyLibraries,
+        ProviderError::Library(_) => KeepallocStatus::InvalidLibraryName,
+        ProviderError::Reentered { .. } => KeepallocStatus::Reentered,
+        ProviderError::OrphanedByFork { .. } => KeepallocStatus::ForkedDuringInit,
+    }
+}
+
+/// Reads a library name from C: at most `MAX_LIBRARY_NAME + 1` bytes are looked at, so an
+/// over-long (or unterminated past the limit) name is refused without reading further.
+///
+/// # Safety
+/// `name` is a NUL-terminated string, or at least `MAX_LIBRARY_NAME + 1` readable bytes.
+unsafe fn library_name<'a>(name: *const c_char) -> Result<&'a str, KeepallocStatus> {
+    let mut len = 0;
+    // SAFETY: the caller's promise covers every byte up to the NUL or the limit.
+    while len <= MAX_LIBRARY_NAME && unsafe { *name.add(len) } != 0 {
+        len += 1;
+    }
+    // SAFETY: `len` bytes from `name` were just read.
+    let bytes = unsafe { core::slice::from_raw_parts(name.cast::<u8>(), len) };
+    check_name_bytes(bytes).map_err(|e| status_of(&ProviderError::Library(e)))
+}
+
+/// Writes `result` through `out` when it is not NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+unsafe fn report(out: *mut KeepallocHookResult, result: KeepallocHookResult) {
+    if !out.is_null() {
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { out.write(result) };
+    }
+}
+
+/// The one implementation behind every acquire entry point.
+///
+/// # Safety
+/// As `keepalloc_acquire_ex` in `keepalloc.h`; `library` is already validated.
+unsafe fn acquire(
+    library: &str,
+    init: KeepallocInitFn,
+    user_data: *mut c_void,
+    out_table: *mut *const AllocatorTable,
+    out_result: *mut KeepallocHookResult,
+) -> KeepallocStatus {
+    ensure_fork_handler();
+    // A bad KEEPALLOC_SCRIBBLE (or keepalloc_scribble_configure) setting is refused here, at
+    // first use, before any owner is built.
+    if let Err(status) = scribble::check_settings() {
+        return status;
+    }
+    let hook_result = Cell::new(KeepallocHookResult::NotCalled);
+    let user_data = user_data as usize;
+    let acquired = catch_unwind(AssertUnwindSafe(
+        || -> Result<AllocatorHandle<CBackend>, ProviderError> {
+            let Some(init) = init else {
+                return C_PROVIDER.publish();
+            };
+            let hook = |table: &'static AllocatorTable| {
+                hook_result.set(KeepallocHookResult::Threw);
+                let mut threw: c_int = 0;
+                // SAFETY: the caller vouches for `init` and `user_data`; the table lives for
+                // the process; a C++ exception is caught by the trampoline, a Rust panic by the
+                // catch_unwind around this closure.
+                let rc = unsafe {
+                    keepalloc_internal_call_hook(init, table, user_data as *mut c_void, &mut threw)
+                };
+                if threw != 0 {
+                    return Err(InitError::new("the init hook threw a C++ exception"));
+                }
+                if rc == 0 {
+                    hook_result.set(KeepallocHookResult::Succeeded);
+                    Ok(())
+                } else {
+                    hook_result.set(KeepallocHookResult::Failed);
+                    Err(InitError::code(rc))
+                }
+            };
+            let (handle, ran) = C_PROVIDER.acquire_library(library, hook)?;
+            if ran == HookRan::AlreadyInitialized {
+                hook_result.set(KeepallocHookResult::AlreadyDone);
+            }
+            Ok(handle)
+        },
+    ));
+    // SAFETY: the caller's promise for `out_result`.
+    unsafe { report(out_result, hook_result.get()) };
+    match acquired {
+        Ok(Ok(handle)) => {
+            // SAFETY: checked non-NULL by every caller; the caller promises it is writable.
+            unsafe { out_table.write(handle.table()) };
+            KeepallocStatus::Ok
+        }
+        Ok(Err(e)) => status_of(&e),
+        Err(_) => KeepallocStatus::InitFailed,
+    }
+}
+
 /// See `keepalloc.h`.
 ///
 /// # Safety
 /// `out_table` is NULL or valid for a pointer write; `init`, if not NULL, is safe to call
-/// with the table and `user_data` and does not unwind.
+/// with the table and `user_data`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn keepalloc_acquire(
     init: KeepallocInitFn,
@@ -66,30 +277,115 @@ pub unsafe extern "C" fn keepalloc_acquire(
     if out_table.is_null() {
         return KeepallocStatus::InvalidArgument;
     }
-    let user_data = user_data as usize;
-    let acquired = catch_unwind(AssertUnwindSafe(|| {
-        DEFAULT_PROVIDER.acquire_with(|table: &'static AllocatorTable| match init {
-            None => Ok(()),
-            Some(init) => {
-                // SAFETY: the caller vouches for `init`; the table lives forever.
-                let rc = unsafe { init(table, user_data as *mut c_void) };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(InitError::code(rc))
-                }
-            }
-        })
-    }));
-    match acquired {
-        Ok(Ok(handle)) => {
-            // SAFETY: checked non-NULL above; the caller promises it is writable.
+    // SAFETY: the caller's promises, forwarded; the library name is a valid constant.
+    unsafe {
+        acquire(
+            DEFAULT_LIBRARY,
+            init,
+            user_data,
+            out_table,
+            core::ptr::null_mut(),
+        )
+    }
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// `library` is NULL or a NUL-terminated string; `out_table` is NULL or valid for a pointer
+/// write; `init`, if not NULL, is safe to call with the table and `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_acquire_library(
+    library: *const c_char,
+    init: KeepallocInitFn,
+    user_data: *mut c_void,
+    out_table: *mut *const AllocatorTable,
+) -> KeepallocStatus {
+    // SAFETY: the caller's promises, forwarded.
+    unsafe { keepalloc_acquire_ex(library, init, user_data, out_table, core::ptr::null_mut()) }
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// As [`keepalloc_acquire_library`]; `out_result` is NULL or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_acquire_ex(
+    library: *const c_char,
+    init: KeepallocInitFn,
+    user_data: *mut c_void,
+    out_table: *mut *const AllocatorTable,
+    out_result: *mut KeepallocHookResult,
+) -> KeepallocStatus {
+    // SAFETY: the caller's promise for `out_result`.
+    unsafe { report(out_result, KeepallocHookResult::NotCalled) };
+    if out_table.is_null() || library.is_null() {
+        return KeepallocStatus::InvalidArgument;
+    }
+    // SAFETY: non-NULL and NUL-terminated (the caller's promise).
+    let name = match unsafe { library_name(library) } {
+        Ok(name) => name,
+        Err(status) => return status,
+    };
+    // SAFETY: the caller's promises, forwarded.
+    unsafe { acquire(name, init, user_data, out_table, out_result) }
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// `out_table` is NULL or valid for a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_get_table(
+    out_table: *mut *const AllocatorTable,
+) -> KeepallocStatus {
+    if out_table.is_null() {
+        return KeepallocStatus::InvalidArgument;
+    }
+    match C_PROVIDER.publish_get() {
+        Some(handle) => {
+            // SAFETY: checked non-NULL; the caller promises it is writable.
             unsafe { out_table.write(handle.table()) };
             KeepallocStatus::Ok
         }
-        Ok(Err(ProviderError::OutOfMemory)) => KeepallocStatus::OutOfMemory,
-        Ok(Err(ProviderError::InitFailed(_))) | Err(_) => KeepallocStatus::InitFailed,
+        None => KeepallocStatus::NotPublished,
     }
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// `library` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_library_initialized(library: *const c_char) -> c_int {
+    if library.is_null() {
+        return 0;
+    }
+    // SAFETY: non-NULL and NUL-terminated (the caller's promise).
+    match unsafe { library_name(library) } {
+        Ok(name) => c_int::from(C_PROVIDER.is_initialized(name)),
+        Err(_) => 0,
+    }
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// `backend` is NULL or points to a readable `keepalloc_backend` whose functions follow the
+/// backend contract for the rest of the process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_set_backend(
+    backend: *const KeepallocBackend,
+) -> KeepallocStatus {
+    if backend.is_null() {
+        return KeepallocStatus::InvalidArgument;
+    }
+    // SAFETY: non-NULL and readable (the caller's promise); the struct is plain data.
+    let backend = unsafe { backend.read() };
+    if !backend.is_complete() {
+        return KeepallocStatus::InvalidArgument;
+    }
+    backend::register(backend)
 }
 
 /// See `keepalloc.h`.
@@ -101,7 +397,7 @@ pub unsafe extern "C" fn keepalloc_get_stats(out: *mut KeepallocStats) {
     if out.is_null() {
         return;
     }
-    let s = DEFAULT_PROVIDER.stats();
+    let s = C_PROVIDER.stats();
     let stats = KeepallocStats {
         owners_constructed: s.owners_constructed,
         init_attempts: s.init_attempts,
@@ -117,7 +413,16 @@ pub unsafe extern "C" fn keepalloc_get_stats(out: *mut KeepallocStats) {
 
 /// See `keepalloc.h`.
 #[unsafe(no_mangle)]
+pub extern "C" fn keepalloc_version() -> u32 {
+    VERSION
+}
+
+/// See `keepalloc.h`.
+#[unsafe(no_mangle)]
 pub extern "C" fn keepalloc_backend_name() -> *const c_char {
+    if backend::is_plugged() {
+        return c"plugged".as_ptr();
+    }
     match keepalloc_allocators::DEFAULT_BACKEND_NAME {
         "mimalloc" => c"mimalloc".as_ptr(),
         "bumpalo" => c"bumpalo".as_ptr(),

@@ -17,21 +17,27 @@ mod ctools;
 
 use std::path::PathBuf;
 
-use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain};
+use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain, WRAP_CONTROLS};
 
 /// The foundation tests, by file stem; `every_c_test_is_listed` keeps this in step with
 /// the directory.
 const TESTS: &[&str] = &[
     "acquire_race",
+    "bad_input",
+    "fork_states",
     "header_cxx17",
+    "hook_throws",
     "init_always_fails",
     "init_retry",
     "invalid_argument",
+    "libraries_race",
+    "plugged_backend",
     "table_contract",
 ];
 
 /// The foundation tests no negative control is for, and why. Every other test must be able
-/// to fail: some control in `CONTROLS` must be caught by it (`every_c_test_can_fail`).
+/// to fail: some control in `CONTROLS` or `WRAP_CONTROLS` must be caught by it
+/// (`every_c_test_can_fail`).
 const UNCONTROLLED: &[(&str, &str)] = &[(
     "header_cxx17",
     "the header from C++17: its static_asserts are checked by the compiler, and its run is \
@@ -113,6 +119,65 @@ fn table_contract() {
 #[test]
 fn header_cxx17() {
     run_c_test("header_cxx17");
+}
+
+#[test]
+fn libraries_race() {
+    run_c_test("libraries_race");
+}
+
+#[test]
+fn hook_throws() {
+    run_c_test("hook_throws");
+}
+
+#[test]
+fn bad_input() {
+    run_c_test("bad_input");
+}
+
+#[test]
+fn fork_states() {
+    run_c_test("fork_states");
+}
+
+#[test]
+fn plugged_backend() {
+    run_c_test("plugged_backend");
+}
+
+/// The controls on the real library (`controls/wrapped_library.c`, linked with
+/// `-Wl,--wrap`): each is caught by the tests that exist for its bug, by its signature.
+#[test]
+fn wrap_controls_are_caught() {
+    let (tc, dirs, lib) = (Toolchain::from_env(), dirs(), staticlib());
+    let mut misses = Vec::new();
+    for control in WRAP_CONTROLS {
+        for catch in control.caught_by {
+            match ctools::run_wrap_control(&tc, &dirs, &lib, control, catch, &out_dir("wrap")) {
+                Ok(reason) => println!(
+                    "control {} ({}): {} failed as it must: {reason}",
+                    control.name, control.breaks, catch.test
+                ),
+                Err(e) => misses.push(e),
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{}", misses.join("\n\n"));
+}
+
+/// The same tests pass on the pass-through build of the wrapping shims.
+#[test]
+fn wrap_baseline_passes() {
+    let (tc, dirs, lib) = (Toolchain::from_env(), dirs(), staticlib());
+    let mut failures = Vec::new();
+    for test in ctools::wrap_control_tests() {
+        match ctools::run_wrap_baseline(&tc, &dirs, &lib, test, &out_dir("wrap")) {
+            Ok(line) => println!("wrap baseline: {line}"),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
@@ -281,6 +346,7 @@ fn every_c_test_can_fail() {
     for test in TESTS {
         let caught = CONTROLS
             .iter()
+            .chain(WRAP_CONTROLS)
             .any(|c| c.caught_by.iter().any(|catch| catch.test == *test));
         let exempt = UNCONTROLLED.iter().any(|(name, _)| name == test);
         assert!(
@@ -370,7 +436,17 @@ fn control_table_matches_the_sources() {
         );
     }
 
-    for control in CONTROLS {
+    let wrapped = read(dirs.controls().join("wrapped_library.c"));
+    for control in WRAP_CONTROLS {
+        assert!(
+            wrapped.contains(&format!("-D{}", control.define))
+                && (wrapped.contains(&format!("#ifdef {}", control.define))
+                    || wrapped.contains(&format!("defined({})", control.define))),
+            "wrapped_library.c does not document and test {}",
+            control.define
+        );
+    }
+    for control in CONTROLS.iter().chain(WRAP_CONTROLS) {
         assert!(
             !control.caught_by.is_empty(),
             "control {} is caught by nothing",
@@ -383,7 +459,12 @@ fn control_table_matches_the_sources() {
                 control.name,
                 catch.test
             );
-            let test = squeeze(&read(dirs.tests().join(format!("{}.c", catch.test))));
+            let source = ctools::foundation_tests(&dirs)
+                .unwrap()
+                .into_iter()
+                .find(|p| ctools::stem(p) == catch.test)
+                .unwrap_or_else(|| panic!("no source for {}", catch.test));
+            let test = squeeze(&read(source));
             let (needle, alternative) = match catch.by {
                 Signature::Check(condition) => (
                     format!("CHECK({condition});"),

@@ -150,13 +150,13 @@ impl EnvAllocator {
     }
 
     fn allocate(&self, size: usize) -> *mut c_void {
-        let Some(aligned_allocate) = self.table.aligned_allocate else {
+        let Some(aligned_allocate) = self.table.aligned_allocate() else {
             self.nulls.fetch_add(1, Relaxed);
             return core::ptr::null_mut();
         };
         // SAFETY: the table is complete and its context is the owner, which is never dropped
         // (keepalloc's guarantee); the alignment is a power of two.
-        let block = unsafe { aligned_allocate(self.table.context, ORT_ALIGNMENT, size) };
+        let block = unsafe { aligned_allocate(self.table.context(), ORT_ALIGNMENT, size) };
         if block.is_null() {
             self.nulls.fetch_add(1, Relaxed);
         } else {
@@ -188,10 +188,10 @@ impl EnvAllocator {
             );
             std::process::abort();
         }
-        if let Some(aligned_deallocate) = self.table.aligned_deallocate {
+        if let Some(aligned_deallocate) = self.table.aligned_deallocate() {
             // SAFETY: `block` came from this table's `aligned_allocate` (the ledger says so)
             // and is freed once (it was just removed from the ledger).
-            unsafe { aligned_deallocate(self.table.context, block) };
+            unsafe { aligned_deallocate(self.table.context(), block) };
         }
     }
 }

@@ -41,7 +41,7 @@ mod session;
 use std::path::PathBuf;
 
 pub use env_allocator::{EnvAllocator, EnvAllocatorStats, ORT_ALIGNMENT};
-pub use register::register_env_allocator;
+pub use register::{LIBRARY, register_env_allocator};
 pub use runtime::{ORT_API_VERSION, OnnxRuntime};
 pub use session::{
     ELEMENT_FLOAT, Env, InputSpec, Session, SessionConfig, Tensor, USE_ENV_ALLOCATORS,

@@ -70,17 +70,29 @@ fn bad_models_and_inputs_are_typed_errors() {
 }
 
 #[test]
-fn registering_a_provider_published_without_the_hook_is_an_error_not_a_silent_success() {
+fn registration_runs_after_a_publish_only_acquire_and_a_second_env_is_an_error() {
     let Some(rt) = manifest::for_test("registering_a_provider_published_without_the_hook") else {
         return;
     };
     let ort = OnnxRuntime::load(Some(&rt.onnxruntime)).unwrap();
     let env = Env::create(ort, c"keepalloc-errors-publish").unwrap();
-    PUBLISHED_EARLIER.acquire().unwrap(); // publish-only: no registration
-    let e = register_env_allocator(&PUBLISHED_EARLIER, env).unwrap_err();
-    assert!(
-        matches!(&e, ProviderError::InitFailed(m) if m.to_string().contains("without registering")),
-        "{e}"
-    );
+    let published = PUBLISHED_EARLIER.acquire().unwrap(); // publish-only: no registration
+    // ONNX Runtime's registration has its own once: it still runs, on the same owner.
+    let registered = register_env_allocator(&PUBLISHED_EARLIER, env).unwrap();
+    assert_eq!(registered, published);
+    assert!(PUBLISHED_EARLIER.is_initialized(keepalloc_onnxruntime::LIBRARY));
+    // A second env cannot get the registration (it ran once): a typed error, not a success.
+    // (ONNX Runtime may hand out its one process-wide env again: then it is the same env.)
+    let other = Env::create(ort, c"keepalloc-errors-other").unwrap();
+    let again = register_env_allocator(&PUBLISHED_EARLIER, other);
+    if other.as_ptr() == env.as_ptr() {
+        assert!(again.is_ok(), "{again:?}");
+    } else {
+        let e = again.unwrap_err();
+        assert!(
+            matches!(&e, ProviderError::InitFailed(m) if m.to_string().contains("another OrtEnv")),
+            "{e}"
+        );
+    }
     assert_eq!(PUBLISHED_EARLIER.stats().owners_constructed, 1);
 }

@@ -321,7 +321,10 @@ fn main() {
     if CONSTRUCTED.load(Relaxed) != 1 || OWNER.stats().owners_constructed != 1 {
         broken.push(format!("{} owners constructed", CONSTRUCTED.load(Relaxed)));
     }
-    if OWNER.stats().init_successes != 1 {
+    let registrations = OWNER
+        .library_stats(keepalloc_onnxruntime::LIBRARY)
+        .map_or(0, |s| s.init_successes);
+    if registrations != 1 {
         broken.push("not exactly one registration".into());
     }
     let face_allocs = face_now.allocs - base_face.allocs;

@@ -97,11 +97,16 @@ pub unsafe fn initialize_checked(
     }
 }
 
+/// The library name XNNPACK's init runs under on a shared owner
+/// ([`GlobalProvider::acquire_library`]): other libraries on the same owner keep their own
+/// once.
+pub const LIBRARY: &str = "xnnpack";
+
 /// Builds `provider`'s owner (once, ever), publishes its table and initializes `xnn` with it,
-/// inside the provider's once, checking adoption ([`initialize_checked`]). A library that
+/// inside the once of the library named [`LIBRARY`], checking adoption ([`initialize_checked`]). A library that
 /// was initialized earlier with another allocator fails with
 /// [`ProviderError::InitFailed`] carrying [`XnnpackError::NotAdopted`]'s message; the owner
-/// is kept and nothing is published.
+/// is kept and the `xnnpack` library stays uninitialized (its once retries).
 pub fn adopt<B>(
     provider: &'static GlobalProvider<B>,
     xnn: &'static Xnnpack,
@@ -109,15 +114,17 @@ pub fn adopt<B>(
 where
     B: Allocator + Send + Sync + 'static,
 {
-    provider.acquire_with(|table| {
-        let allocations = || {
-            provider
-                .owner()
-                .map_or(0, |owner| owner.allocator().stats().allocations)
-        };
-        // SAFETY: the table is the owner's, published at its final address, and the owner is
-        // never dropped (keepalloc's guarantee).
-        unsafe { initialize_checked(xnn, table, allocations) }
-            .map_err(|e| InitError::new(e.to_string()))
-    })
+    provider
+        .acquire_library(LIBRARY, |table| {
+            let allocations = || {
+                provider
+                    .owner()
+                    .map_or(0, |owner| owner.allocator().stats().allocations)
+            };
+            // SAFETY: the table is the owner's, published at its final address, and the owner is
+            // never dropped (keepalloc's guarantee).
+            unsafe { initialize_checked(xnn, table, allocations) }
+                .map_err(|e| InitError::new(e.to_string()))
+        })
+        .map(|(handle, _)| handle)
 }

@@ -45,8 +45,16 @@ pub const CXX_FLAGS: &[&str] = &[
 
 /// What a program linked against `libkeepalloc.a` needs besides it: the output of
 /// `rustc --print native-static-libs` for this crate on Linux (glibc ≥ 2.34 folds most of
-/// these into libc, older ones do not).
-pub const STATIC_LIB_DEPS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl"];
+/// these into libc, older ones do not), plus `-lstdc++` for the C++ hook trampoline.
+pub const STATIC_LIB_DEPS: &[&str] = &[
+    "-lstdc++",
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+];
 
 /// The languages and standards `keepalloc.h` must compile under, with extra warnings on top
 /// of [`C_FLAGS`] / [`CXX_FLAGS`]: `(language, flags)`.
@@ -86,6 +94,9 @@ pub const HEADER_CHECKS: &[(Lang, &[&str])] = &[
 
 /// SIGSEGV (11 on Linux, the BSDs and macOS): what a store or load through NULL dies of.
 pub const SIGSEGV: i32 = 11;
+
+/// SIGABRT (6 on Linux): what `abort()` dies of (Rust's "cannot catch foreign exceptions").
+pub const SIGABRT: i32 = 6;
 
 /// What `CHECK` in `tests/c/check.h` prints before the condition.
 const CHECK_FAILED: &str = "CHECK failed: ";
@@ -517,23 +528,61 @@ pub fn compile(tc: &Toolchain, dirs: &Dirs, program: &Program) -> Result<(), Str
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-    let mut cmd = Command::new(tc.compiler(lang));
-    cmd.args(lang.flags())
-        .arg("-I")
-        .arg(&dirs.include)
-        .arg("-I")
-        .arg(dirs.tests());
-    for dir in &program.includes {
-        cmd.arg("-I").arg(dir);
+    let compiler = |lang: Lang| {
+        let mut cmd = Command::new(tc.compiler(lang));
+        cmd.args(lang.flags())
+            .arg("-I")
+            .arg(&dirs.include)
+            .arg("-I")
+            .arg(dirs.tests());
+        for dir in &program.includes {
+            cmd.arg("-I").arg(dir);
+        }
+        for define in &program.defines {
+            cmd.arg(format!("-D{define}"));
+        }
+        cmd
+    };
+    // Sources in the other language (a C++ companion of a C test) become objects first.
+    let mut inputs = Vec::new();
+    for source in &program.sources {
+        match Lang::of(source) {
+            Some(other) if other != lang => {
+                let object = program.out.with_file_name(format!(
+                    "{}-{}.o",
+                    stem(&program.out),
+                    stem(source)
+                ));
+                let mut cmd = compiler(other);
+                cmd.arg("-c").arg(source).arg("-o").arg(&object);
+                checked_output(&mut cmd)?;
+                inputs.push(object);
+            }
+            _ => inputs.push(source.clone()),
+        }
     }
-    for define in &program.defines {
-        cmd.arg(format!("-D{define}"));
-    }
-    cmd.args(&program.sources)
+    let mut cmd = compiler(lang);
+    cmd.args(&inputs)
         .args(&program.link)
         .arg("-o")
         .arg(&program.out);
     checked_output(&mut cmd).map(drop)
+}
+
+/// The companions of a test: `tests/c/companions/<stem>.*` (a C++ hook for a C test, ...),
+/// linked into it.
+pub fn companions(dirs: &Dirs, test: &str) -> Vec<PathBuf> {
+    let dir = dirs.tests().join("companions");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| Lang::of(p).is_some() && stem(p) == test)
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }
 
 /// Runs `cmd` and returns its stdout, or an error with the command, status and both streams.
@@ -760,7 +809,9 @@ pub fn build_and_run(
         tc,
         dirs,
         &Program {
-            sources: vec![source.to_path_buf()],
+            sources: std::iter::once(source.to_path_buf())
+                .chain(companions(dirs, &stem(source)))
+                .collect(),
             defines: vec![],
             includes: vec![],
             link: keepalloc_link(staticlib),
@@ -900,4 +951,214 @@ pub fn run_baseline(
             outcome.describe(test)
         ))
     }
+}
+
+/// `wrapped_library.c`: the REAL `libkeepalloc.a`, with some of its entry points (or the
+/// functions it calls) replaced at link time by `-Wl,--wrap=SYMBOL` shims that break one
+/// behaviour each. Every program built on it is linked with all of [`WRAPPED`] wrapped; each
+/// shim passes through to `__real_SYMBOL` unless its control's define is on.
+const WRAPPED_LIBRARY: &str = "wrapped_library.c";
+
+/// The symbols `wrapped_library.c` wraps.
+pub const WRAPPED: &[&str] = &[
+    "keepalloc_acquire_ex",
+    "keepalloc_acquire_library",
+    "keepalloc_internal_call_hook",
+    "keepalloc_set_backend",
+    "pthread_atfork",
+];
+
+/// The define of the wrapped library's bug-free build (every shim passes through).
+pub const WRAPPED_BASELINE: &str = "KEEPALLOC_WRAP_BASELINE";
+
+/// The negative controls on the real library, each with the tests that must catch it.
+pub const WRAP_CONTROLS: &[Control] = &[
+    Control {
+        name: "shared-library-once",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_SHARED_ONCE",
+        breaks: "each library has its own once: every name is mapped to the default library, so \
+                 the first library's success makes every other library's hook a silent no-op",
+        caught_by: &[Catch {
+            test: "libraries_race",
+            by: Signature::Check("atomic_load(&libs[i].successes) == 1"),
+        }],
+    },
+    Control {
+        name: "exception-escapes",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_NO_CATCH",
+        breaks: "a C++ exception escaping a hook is caught: the hook is called without the C++ \
+                 trampoline, so the exception reaches Rust's catch_unwind, which aborts",
+        caught_by: &[
+            Catch {
+                test: "libraries_race",
+                by: Signature::Signal {
+                    signal: SIGABRT,
+                    step: "the C++ hook throws",
+                },
+            },
+            Catch {
+                test: "hook_throws",
+                by: Signature::Signal {
+                    signal: SIGABRT,
+                    step: "hook throws std::runtime_error",
+                },
+            },
+        ],
+    },
+    Control {
+        name: "long-name-truncated",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_TRUNCATE",
+        breaks: "an over-long library name is refused: it is truncated to the limit and used",
+        caught_by: &[Catch {
+            test: "bad_input",
+            by: Signature::Check(
+                "keepalloc_acquire_library(too_long, must_not_run, NULL, &out) == KEEPALLOC_INVALID_LIBRARY_NAME",
+            ),
+        }],
+    },
+    Control {
+        name: "reentry-reports-ok",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_REENTRY_OK",
+        breaks: "re-entering a library from its own hook is an error: the nested call returns \
+                 KEEPALLOC_OK with the published table although the hook it was given never runs",
+        caught_by: &[Catch {
+            test: "bad_input",
+            by: Signature::Check("nested == KEEPALLOC_REENTERED"),
+        }],
+    },
+    Control {
+        name: "backend-ignored",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_BACKEND_IGNORED",
+        breaks: "a plugged backend is used: keepalloc_set_backend returns OK and registers nothing",
+        caught_by: &[Catch {
+            test: "plugged_backend",
+            by: Signature::Check("atomic_load(&backend_allocations) > 0"),
+        }],
+    },
+    Control {
+        name: "fork-unhandled",
+        source: WRAPPED_LIBRARY,
+        define: "KEEPALLOC_WRAP_NO_ATFORK",
+        breaks: "fork during an attempt returns a status in the child: the atfork handler is \
+                 never registered, so the child waits for an attempt no thread of it runs",
+        caught_by: &[Catch {
+            test: "fork_states",
+            by: Signature::Check("child_passed(during)"),
+        }],
+    },
+];
+
+/// Builds `test` (with its companions) on the real `staticlib` with every symbol of
+/// [`WRAPPED`] wrapped by `wrapped_library.c -D<define>`.
+fn build_wrapped(
+    tc: &Toolchain,
+    dirs: &Dirs,
+    staticlib: &Path,
+    test: &str,
+    define: &str,
+    out: &Path,
+) -> Result<(), String> {
+    let source = foundation_tests(dirs)?
+        .into_iter()
+        .find(|p| stem(p) == test)
+        .ok_or_else(|| format!("no C test named {test}"))?;
+    let mut link: Vec<OsString> = WRAPPED
+        .iter()
+        .map(|s| OsString::from(format!("-Wl,--wrap={s}")))
+        .collect();
+    link.extend(keepalloc_link(staticlib));
+    compile(
+        tc,
+        dirs,
+        &Program {
+            sources: std::iter::once(source)
+                .chain(companions(dirs, test))
+                .chain(std::iter::once(dirs.controls().join(WRAPPED_LIBRARY)))
+                .collect(),
+            defines: vec![define.to_owned()],
+            includes: vec![],
+            link,
+            out: out.to_path_buf(),
+        },
+    )
+    .map_err(|e| format!("cannot build {test} on {WRAPPED_LIBRARY} -D{define} (a build error is never a catch)\n{e}"))
+}
+
+/// As [`run_control`], for a control of [`WRAP_CONTROLS`] (built on the real `staticlib`).
+pub fn run_wrap_control(
+    tc: &Toolchain,
+    dirs: &Dirs,
+    staticlib: &Path,
+    control: &Control,
+    catch: &Catch,
+    out_dir: &Path,
+) -> Result<String, String> {
+    let test = catch.test;
+    let out = out_dir.join(format!("{test}-wrap-{}", control.name));
+    build_wrapped(tc, dirs, staticlib, test, control.define, &out)?;
+    let outcome = run_with_timeout(&out, &[], CONTROL_TIMEOUT)?;
+    if outcome.passed {
+        Err(format!(
+            "{test} PASSED against the `{}` control ({}): it cannot catch the bug it is for\n{}",
+            control.name,
+            control.breaks,
+            outcome.describe(test)
+        ))
+    } else if catch.by.matches(&outcome) {
+        Ok(outcome.reason())
+    } else {
+        Err(format!(
+            "{test} failed against the `{}` control ({}), but not by the signature of its bug: \
+             expected {}, got {}. Inconclusive: that is no catch.\n{}",
+            control.name,
+            control.breaks,
+            catch.by,
+            outcome.reason(),
+            outcome.describe(test)
+        ))
+    }
+}
+
+/// The tests of [`WRAP_CONTROLS`], built on the pass-through shims: each must PASS, so that
+/// a control fails by its one bug and not by the wrapping.
+pub fn run_wrap_baseline(
+    tc: &Toolchain,
+    dirs: &Dirs,
+    staticlib: &Path,
+    test: &str,
+    out_dir: &Path,
+) -> Result<String, String> {
+    let out = out_dir.join(format!("{test}-wrap-baseline"));
+    build_wrapped(tc, dirs, staticlib, test, WRAPPED_BASELINE, &out)?;
+    let outcome = run_with_timeout(&out, &[], CONTROL_TIMEOUT)?;
+    if outcome.passed {
+        Ok(outcome
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("ok:"))
+            .unwrap_or("ok")
+            .to_owned())
+    } else {
+        Err(format!(
+            "{test} FAILED on the pass-through build of {WRAPPED_LIBRARY}: {}\n{}",
+            outcome.reason(),
+            outcome.describe(test)
+        ))
+    }
+}
+
+/// The tests [`WRAP_CONTROLS`] must be caught by, sorted, once each.
+pub fn wrap_control_tests() -> Vec<&'static str> {
+    let mut tests: Vec<&'static str> = WRAP_CONTROLS
+        .iter()
+        .flat_map(|c| c.caught_by.iter().map(|catch| catch.test))
+        .collect();
+    tests.sort_unstable();
+    tests.dedup();
+    tests
 }

@@ -258,12 +258,14 @@ static keepalloc_status run_once(keepalloc_init_fn init, void* user_data) {
       table.aligned_allocate = control_aligned_allocate;
       table.aligned_deallocate = control_deallocate;
     }
-    atomic_fetch_add(&init_attempts, 1);
-    if (init != NULL && init(&table, user_data) != 0) {
-      status = KEEPALLOC_INIT_FAILED; /* the owner is kept for the retry */
-    } else {
-      atomic_fetch_add(&init_successes, 1);
-      atomic_store(&published, 1);
+    if (init != NULL) { /* a NULL hook publishes the owner only: no library's once */
+      atomic_fetch_add(&init_attempts, 1);
+      if (init(&table, user_data) != 0) {
+        status = KEEPALLOC_INIT_FAILED; /* the owner is kept for the retry */
+      } else {
+        atomic_fetch_add(&init_successes, 1);
+        atomic_store(&published, 1);
+      }
     }
   }
   pthread_mutex_unlock(&lock);

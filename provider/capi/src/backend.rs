@@ -1,0 +1,126 @@
+//! The C library's provider and its backend: the compile-time default, or one a C runtime
+//! plugs in with `keepalloc_set_backend` before the first acquire.
+//!
+//! Either way the backend sits inside the same [`GlobalProvider`]: the same owner once,
+//! the same counting wrapper and the same published table (whose blocks carry keepalloc's
+//! header; the plugged functions only ever see whole blocks).
+//!
+//! The rule for registration: the first `keepalloc_set_backend` before the owner is built
+//! wins. Registering the same functions and context again is `KEEPALLOC_OK` (idempotent); a
+//! different backend, or any backend once the owner has been built (from the default backend
+//! or another one), is `KEEPALLOC_BACKEND_CONFLICT` and changes nothing. The registered
+//! functions are copied into memory that is never freed.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+use std::sync::Mutex;
+
+use allocator_api2::alloc::{AllocError, Allocator};
+use keepalloc_allocators::{AllocatorTable, DefaultBackend, TableAllocator};
+use keepalloc_provider::GlobalProvider;
+
+use crate::KeepallocStatus;
+
+/// The C library's base backend: the compile-time default, or one plugged in from C.
+#[derive(Debug)]
+pub enum BaseBackend {
+    /// The compile-time default ([`DefaultBackend`]).
+    Builtin(DefaultBackend),
+    /// A C runtime's functions, registered with `keepalloc_set_backend`.
+    Plugged(TableAllocator<'static>),
+}
+
+/// What has been registered, and whether the owner was built (then nothing may change).
+struct Registration {
+    plugged: Option<&'static AllocatorTable>,
+    frozen: bool,
+}
+
+static REGISTRATION: Mutex<Registration> = Mutex::new(Registration {
+    plugged: None,
+    frozen: false,
+});
+
+fn registration() -> std::sync::MutexGuard<'static, Registration> {
+    REGISTRATION.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The backend of the C library's provider: the base one, or Scribble over it when
+/// `KEEPALLOC_SCRIBBLE` or `keepalloc_scribble_configure` asks for it (decided at first use).
+pub type CBackend = crate::scribble::Backend<BaseBackend>;
+
+fn make_backend() -> Result<CBackend, AllocError> {
+    crate::scribble::wrap(make_base_backend())
+}
+
+fn make_base_backend() -> Result<BaseBackend, AllocError> {
+    let mut reg = registration();
+    reg.frozen = true;
+    match reg.plugged {
+        // SAFETY: `keepalloc_set_backend`'s caller promised that the functions follow the
+        // backend contract in keepalloc.h for the rest of the process; the copy is leaked.
+        Some(table) => Ok(BaseBackend::Plugged(unsafe { TableAllocator::new(table) })),
+        None => keepalloc_allocators::default_backend().map(BaseBackend::Builtin),
+    }
+}
+
+/// The C library's process-wide provider: the owner every `keepalloc_acquire*` call shares.
+pub static C_PROVIDER: GlobalProvider<CBackend> = GlobalProvider::new(make_backend, None);
+
+/// Registers `backend` (already checked complete) under the rule in the module docs.
+pub(crate) fn register(backend: AllocatorTable) -> KeepallocStatus {
+    let mut reg = registration();
+    match reg.plugged {
+        Some(existing) if existing.same_as(&backend) => KeepallocStatus::Ok,
+        Some(_) => KeepallocStatus::BackendConflict,
+        None if reg.frozen => KeepallocStatus::BackendConflict,
+        None => {
+            reg.plugged = Some(Box::leak(Box::new(backend)));
+            KeepallocStatus::Ok
+        }
+    }
+}
+
+/// The name of the backend the owner uses (or will use).
+pub(crate) fn is_plugged() -> bool {
+    registration().plugged.is_some()
+}
+
+macro_rules! dispatch {
+    ($self:ident, $a:ident => $e:expr) => {
+        match $self {
+            BaseBackend::Builtin($a) => $e,
+            BaseBackend::Plugged($a) => $e,
+        }
+    };
+}
+
+// SAFETY: forwards every call to one of two allocators, always the same one for a given
+// value (the variant never changes), so blocks go back to the allocator that made them.
+unsafe impl Allocator for BaseBackend {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        dispatch!(self, a => a.allocate(layout))
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: the caller's promise, forwarded to the same allocator.
+        dispatch!(self, a => unsafe { a.deallocate(ptr, layout) })
+    }
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises, forwarded to the same allocator.
+        dispatch!(self, a => unsafe { a.grow(ptr, old, new) })
+    }
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises, forwarded to the same allocator.
+        dispatch!(self, a => unsafe { a.shrink(ptr, old, new) })
+    }
+}

@@ -1,0 +1,100 @@
+//! The C ABI from Rust: the header's version macros agree with the crate, and a Rust panic
+//! escaping an `extern "C-unwind"` hook comes back as `KEEPALLOC_INIT_FAILED` (the C++
+//! trampoline rethrows it untouched to keepalloc's `catch_unwind`).
+
+use core::ffi::{c_int, c_void};
+
+use keepalloc::{
+    KeepallocHookResult, KeepallocStatus, KeepallocTable, VERSION, VERSION_MAJOR, VERSION_MINOR,
+    VERSION_PATCH, keepalloc_acquire_ex, keepalloc_version,
+};
+
+/// `#define NAME value` from keepalloc.h.
+fn header_define(header: &str, name: &str) -> u32 {
+    header
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("#define ")?
+                .strip_prefix(name)?
+                .strip_prefix(' ')
+                .map(|v| v.trim().parse::<u32>().expect("a number"))
+        })
+        .unwrap_or_else(|| panic!("keepalloc.h defines no {name}"))
+}
+
+#[test]
+fn header_version_macros_match_the_crate_version() {
+    let header = include_str!("../../include/keepalloc.h");
+    let crate_version: Vec<u32> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let macros = [
+        header_define(header, "KEEPALLOC_VERSION_MAJOR"),
+        header_define(header, "KEEPALLOC_VERSION_MINOR"),
+        header_define(header, "KEEPALLOC_VERSION_PATCH"),
+    ];
+    assert_eq!(
+        macros.as_slice(),
+        crate_version.as_slice(),
+        "keepalloc.h vs Cargo.toml"
+    );
+    assert_eq!([VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH], macros);
+    assert_eq!(keepalloc_version(), VERSION);
+    assert_eq!(
+        VERSION,
+        (macros[0] << 16) | (macros[1] << 8) | macros[2],
+        "KEEPALLOC_MAKE_VERSION's encoding"
+    );
+    assert_eq!(
+        header_define(header, "KEEPALLOC_MAX_LIBRARIES") as usize,
+        keepalloc_provider::MAX_LIBRARIES
+    );
+    assert_eq!(
+        header_define(header, "KEEPALLOC_MAX_LIBRARY_NAME") as usize,
+        keepalloc_provider::MAX_LIBRARY_NAME
+    );
+}
+
+unsafe extern "C-unwind" fn panicking_hook(_: *const KeepallocTable, _: *mut c_void) -> c_int {
+    panic!("a Rust hook panicked");
+}
+
+unsafe extern "C-unwind" fn ok_hook(_: *const KeepallocTable, ran: *mut c_void) -> c_int {
+    // SAFETY: the test passes a `bool` it owns.
+    unsafe { *ran.cast::<bool>() = true };
+    0
+}
+
+#[test]
+fn a_rust_panic_escaping_a_hook_is_init_failed_and_retryable() {
+    let mut out: *const KeepallocTable = core::ptr::null();
+    let mut result = KeepallocHookResult::NotCalled;
+    // SAFETY: a valid name, hook and out-pointers.
+    let status = unsafe {
+        keepalloc_acquire_ex(
+            c"rust-panics".as_ptr(),
+            Some(panicking_hook),
+            core::ptr::null_mut(),
+            &mut out,
+            &mut result,
+        )
+    };
+    assert_eq!(status, KeepallocStatus::InitFailed);
+    assert_eq!(result, KeepallocHookResult::Threw);
+    assert!(out.is_null());
+    let mut ran = false;
+    // SAFETY: as above; `ran` outlives the call.
+    let status = unsafe {
+        keepalloc_acquire_ex(
+            c"rust-panics".as_ptr(),
+            Some(ok_hook),
+            (&mut ran as *mut bool).cast(),
+            &mut out,
+            &mut result,
+        )
+    };
+    assert_eq!(status, KeepallocStatus::Ok);
+    assert_eq!(result, KeepallocHookResult::Succeeded);
+    assert!(ran && !out.is_null());
+}

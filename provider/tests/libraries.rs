@@ -1,0 +1,223 @@
+//! One owner, several libraries: each library's init hook runs in its own retry-safe once on
+//! top of the owner's once (`GlobalProvider::acquire_library`).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Barrier, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_provider::{
+    GlobalProvider, HookRan, InitError, LibraryError, MAX_LIBRARIES, MAX_LIBRARY_NAME,
+    ProviderError,
+};
+
+#[test]
+fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    static CALLS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    static SUCCESSES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let names = ["xnnpack", "onednn"];
+    let barrier = Barrier::new(32);
+    let tables: Vec<usize> = thread::scope(|s| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let lib = i % 2;
+                    barrier.wait();
+                    loop {
+                        // The first three hooks of each library fail: the retries must use the
+                        // same owner, and every library must still be initialized exactly once.
+                        let r = GLOBAL.acquire_library(names[lib], |_| {
+                            if CALLS[lib].fetch_add(1, SeqCst) < 3 {
+                                Err(InitError::new("not yet"))
+                            } else {
+                                SUCCESSES[lib].fetch_add(1, SeqCst);
+                                Ok(())
+                            }
+                        });
+                        match r {
+                            Ok((h, _)) => break h.table() as *const AllocatorTable as usize,
+                            Err(ProviderError::InitFailed(_)) => continue,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(tables.windows(2).all(|w| w[0] == w[1]), "one table for all");
+    assert_eq!(GLOBAL.stats().owners_constructed, 1);
+    for lib in 0..2 {
+        assert_eq!(SUCCESSES[lib].load(SeqCst), 1, "{}", names[lib]);
+        assert_eq!(CALLS[lib].load(SeqCst), 4, "{}", names[lib]);
+        let stats = GLOBAL.library_stats(names[lib]).unwrap();
+        assert_eq!((stats.init_attempts, stats.init_successes), (4, 1));
+        assert!(GLOBAL.is_initialized(names[lib]));
+    }
+    assert!(!GLOBAL.is_initialized("default"), "no default hook was run");
+}
+
+#[test]
+fn a_caller_learns_whether_its_own_hook_ran() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let (_, ran) = GLOBAL.acquire_library("a", |_| Ok(())).unwrap();
+    assert_eq!(ran, HookRan::Ran);
+    let (_, ran) = GLOBAL
+        .acquire_library("a", |_| panic!("ran after success"))
+        .unwrap();
+    assert_eq!(ran, HookRan::AlreadyInitialized);
+    // Names are compared by content, not by address.
+    let owned = String::from("a");
+    let (_, ran) = GLOBAL
+        .acquire_library(&owned, |_| panic!("same library"))
+        .unwrap();
+    assert_eq!(ran, HookRan::AlreadyInitialized);
+}
+
+#[test]
+fn publish_only_consumes_no_library() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let published = GLOBAL.publish().unwrap();
+    assert_eq!(GLOBAL.acquire().unwrap(), published);
+    let mut ran = false;
+    GLOBAL
+        .acquire_with(|_| {
+            ran = true;
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        ran,
+        "the default library's hook runs after a publish-only acquire"
+    );
+    let (h, how) = GLOBAL.acquire_library("late", |_| Ok(())).unwrap();
+    assert_eq!((h, how), (published, HookRan::Ran));
+}
+
+#[test]
+fn bad_names_are_typed_errors_and_register_nothing() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let never = |_: &'static AllocatorTable| -> Result<(), InitError> { panic!("hook ran") };
+    let e = GLOBAL.acquire_library("", never).unwrap_err();
+    assert!(
+        matches!(e, ProviderError::Library(LibraryError::Empty)),
+        "{e}"
+    );
+    let long = "x".repeat(MAX_LIBRARY_NAME + 1);
+    let e = GLOBAL.acquire_library(&long, never).unwrap_err();
+    assert!(
+        matches!(e, ProviderError::Library(LibraryError::TooLong { len }) if len == MAX_LIBRARY_NAME + 1),
+        "{e}"
+    );
+    let longest = "y".repeat(MAX_LIBRARY_NAME);
+    GLOBAL.acquire_library(&longest, |_| Ok(())).unwrap();
+    // Fill the registry: the default library holds one slot, `longest` another.
+    for i in 0..MAX_LIBRARIES - 2 {
+        GLOBAL
+            .acquire_library(&format!("lib{i}"), |_| Ok(()))
+            .unwrap();
+    }
+    let e = GLOBAL.acquire_library("one-too-many", never).unwrap_err();
+    assert!(
+        matches!(&e, ProviderError::Library(LibraryError::Full { name }) if name == "one-too-many"),
+        "{e}"
+    );
+    // Nothing was lost: the registered libraries and the default one still work.
+    let (_, ran) = GLOBAL.acquire_library("lib0", never).unwrap();
+    assert_eq!(ran, HookRan::AlreadyInitialized);
+    GLOBAL.acquire_with(|_| Ok(())).unwrap();
+    assert_eq!(GLOBAL.stats().owners_constructed, 1);
+}
+
+#[test]
+fn reentering_its_own_library_is_an_error_not_a_deadlock() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    let mut inner = None;
+    let mut other = None;
+    let r = GLOBAL.acquire_library("outer", |_| {
+        inner = Some(GLOBAL.acquire_library("outer", |_| Ok(())).map(|_| ()));
+        // Another library from inside a hook is fine: it waits for nobody.
+        other = Some(GLOBAL.acquire_library("inner", |_| Ok(())).map(|(_, r)| r));
+        Ok(())
+    });
+    assert!(r.is_ok());
+    assert!(
+        matches!(&inner, Some(Err(ProviderError::Reentered { library })) if library == "outer"),
+        "{inner:?}"
+    );
+    assert!(matches!(other, Some(Ok(HookRan::Ran))), "{other:?}");
+    // The default library re-entered through acquire_with.
+    let mut nested = None;
+    GLOBAL
+        .acquire_with(|_| {
+            nested = Some(GLOBAL.acquire_with(|_| Ok(())).map(|_| ()));
+            Ok(())
+        })
+        .unwrap();
+    assert!(matches!(nested, Some(Err(ProviderError::Reentered { .. }))));
+}
+
+#[test]
+fn the_backend_constructor_reentering_its_provider_is_an_error() {
+    static REENTRY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    fn make() -> Result<System, allocator_api2::alloc::AllocError> {
+        let e = GLOBAL.publish().unwrap_err();
+        *REENTRY.lock().unwrap() = Some(e.to_string());
+        Ok(System)
+    }
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(make, None);
+    GLOBAL.publish().unwrap();
+    let msg = REENTRY.lock().unwrap().clone().unwrap();
+    assert!(msg.contains("owner construction"), "{msg}");
+}
+
+#[test]
+fn a_panicking_hook_resets_its_library_only() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    GLOBAL.acquire_library("steady", |_| Ok(())).unwrap();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        GLOBAL.acquire_library("flaky", |_| panic!("hook panicked"))
+    }));
+    assert!(r.is_err());
+    assert!(!GLOBAL.is_initialized("flaky"));
+    assert!(GLOBAL.is_initialized("steady"));
+    let owner = GLOBAL.owner().unwrap() as *const _;
+    let (h, ran) = GLOBAL.acquire_library("flaky", |_| Ok(())).unwrap();
+    assert_eq!(ran, HookRan::Ran);
+    assert!(
+        std::ptr::eq(h.owner(), owner),
+        "the retry used the same owner"
+    );
+    // The re-entry marker was cleared by the unwinding: no false "re-entered" now.
+    assert!(GLOBAL.acquire_library("flaky2", |_| Ok(())).is_ok());
+}
+
+#[test]
+fn libraries_do_not_wait_for_each_others_hooks() {
+    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    GLOBAL.publish().unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (entered_tx, entered_rx) = mpsc::channel();
+    thread::scope(|s| {
+        s.spawn(move || {
+            GLOBAL
+                .acquire_library("slow", |_| {
+                    entered_tx.send(()).unwrap();
+                    // Held until library "fast" has finished on the other thread; if "fast"
+                    // waited for this hook, this would time out.
+                    done_rx
+                        .recv_timeout(Duration::from_secs(60))
+                        .map_err(|_| InitError::new("the other library waited for this hook"))
+                })
+                .unwrap();
+        });
+        entered_rx.recv().unwrap();
+        GLOBAL.acquire_library("fast", |_| Ok(())).unwrap();
+        done_tx.send(()).unwrap();
+    });
+    assert!(GLOBAL.is_initialized("slow") && GLOBAL.is_initialized("fast"));
+}
