@@ -1,7 +1,9 @@
 //! The consuming library's side of a scenario: make keepalloc-kernels allocate, compute and
 //! free through the table it captured, and check the answers.
 
-use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, KernelError};
+use keepalloc_kernels::{
+    FullyConnected, FullyConnectedDesc, KernelError, LOW_PRECISION_ALLOCATIONS, low_precision_path,
+};
 
 /// Layer shapes of the path: (input channels, output channels). Odd sizes, so the kernels'
 /// edge tiles run too.
@@ -10,10 +12,12 @@ pub const LAYERS: [(usize, usize); 3] = [(37, 29), (29, 48), (48, 7)];
 /// Rows per batch.
 pub const BATCH: usize = 3;
 
-/// Allocation calls one [`run_path`] makes through the captured table (each layer's
-/// `create` makes [`FullyConnected::CREATE_ALLOCATIONS`]): the allocation sites an
+/// Allocation calls one [`run_path`] makes through the captured table (each f32 layer's
+/// `create` makes [`FullyConnected::CREATE_ALLOCATIONS`], and the bf16, qd8 and qc8w
+/// operators [`LOW_PRECISION_ALLOCATIONS`] between them): the allocation sites an
 /// out-of-memory plan fails in turn.
-pub const PATH_ALLOCATIONS: usize = LAYERS.len() * FullyConnected::CREATE_ALLOCATIONS;
+pub const PATH_ALLOCATIONS: usize =
+    LAYERS.len() * FullyConnected::CREATE_ALLOCATIONS + LOW_PRECISION_ALLOCATIONS;
 
 /// `n` deterministic values in [-1, 1) from ChaCha8 stream `stream` of a fixed seed.
 fn values(stream: u64, n: usize) -> Vec<f32> {
@@ -61,6 +65,9 @@ pub fn run_path() -> Result<Vec<f32>, KernelError> {
             .with_range(-4.0, 4.0);
         ops.push(FullyConnected::create(&desc)?);
     }
+    // The low-precision operators (bf16_f32, qd8_f32_qc8w, f32_qc8w): each created through
+    // the captured table, run, checked against its reference and dropped.
+    let low_precision_right = low_precision_path()?;
     let mut x = input();
     for (op, &(_, n)) in ops.iter().zip(&LAYERS) {
         let mut y = vec![0.0f32; BATCH * n];
@@ -68,6 +75,10 @@ pub fn run_path() -> Result<Vec<f32>, KernelError> {
         x = y;
     }
     drop(ops);
+    if !low_precision_right {
+        // A wrong low-precision answer makes the whole path's answer wrong (`close` fails).
+        x.fill(f32::NAN);
+    }
     Ok(x)
 }
 

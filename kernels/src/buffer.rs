@@ -10,7 +10,7 @@ use crate::error::KernelError;
 pub const ALIGNMENT: usize = 64;
 
 /// `len` zero-initialised `f32`s from `table.aligned_allocate(64, ..)`, handed back to
-/// `table.aligned_deallocate` on drop.
+/// `table.aligned_deallocate()` on drop.
 pub(crate) struct TableBuf {
     ptr: NonNull<f32>,
     len: usize,
@@ -61,6 +61,17 @@ impl TableBuf {
     pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
         // SAFETY: `len` initialised floats, uniquely borrowed through `&mut self`.
         unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The block as bytes, mutably (only while packing, before the operator is shared).
+    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len * 4` initialised bytes, uniquely borrowed through `&mut self`.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr().cast(), self.bytes()) }
+    }
+
+    /// The block's first byte (64-byte aligned).
+    pub(crate) fn as_byte_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr().cast_const().cast()
     }
 
     /// Bytes taken from the table.

@@ -1,6 +1,7 @@
 //! The one error type of the crate.
 
 use crate::isa::Isa;
+use crate::lowp::DotIsa;
 
 /// Everything that can go wrong in `keepalloc-kernels`.
 ///
@@ -96,6 +97,44 @@ pub enum KernelError {
     BatchOverflow {
         /// The batch size given.
         batch: usize,
+    },
+    /// `KEEPALLOC_KERNELS_DOT_ISA` (or a descriptor) names a dot-product instruction set this
+    /// CPU lacks. Nothing was created.
+    #[error("this CPU cannot run the {isa} kernels")]
+    UnsupportedDotIsa {
+        /// The instruction set that was asked for.
+        isa: DotIsa,
+    },
+    /// `KEEPALLOC_KERNELS_DOT_ISA` is set to something that is not `avx512bf16`,
+    /// `avx512vnni`, `avx512`, `avxvnni`, `avx2` or `scalar`.
+    #[error(
+        "KEEPALLOC_KERNELS_DOT_ISA must be one of avx512bf16, avx512vnni, avx512, avxvnni, avx2, scalar"
+    )]
+    UnknownDotIsa,
+    /// The forced dot-product instruction set has no kernel for this operator kind (for
+    /// example `avx512bf16` for an int8 operator).
+    #[error("the {op} operator has no {isa} kernel")]
+    NoKernel {
+        /// The instruction set that was asked for.
+        isa: DotIsa,
+        /// XNNPACK's name of the operator kind (`"bf16_f32"`, ...).
+        op: &'static str,
+    },
+    /// The per-channel weight scales do not hold exactly `output_channels` values.
+    #[error("weight scales hold {actual} values, expected {expected}")]
+    ScalesLength {
+        /// `output_channels`.
+        expected: usize,
+        /// The slice length given.
+        actual: usize,
+    },
+    /// A per-channel weight scale is not a positive finite number.
+    #[error("weight scale {scale} of output channel {channel} is not positive and finite")]
+    InvalidScale {
+        /// The output channel.
+        channel: usize,
+        /// Its scale.
+        scale: f32,
     },
     /// A thread count of zero was asked for.
     #[error("thread count must be at least 1")]

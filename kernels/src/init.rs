@@ -17,8 +17,8 @@ static CAPTURED: OnceLock<AllocatorTable> = OnceLock::new();
 ///
 /// In order:
 /// 1. the hardware check: the instruction set is chosen ([`isa::selected`]); a
-///    `KEEPALLOC_KERNELS_ISA` that names an unknown ISA or one this CPU lacks is an error
-///    that captures nothing and can be retried;
+///    `KEEPALLOC_KERNELS_ISA` (or `KEEPALLOC_KERNELS_DOT_ISA`) that names an unknown ISA or
+///    one this CPU lacks is an error that captures nothing and can be retried;
 /// 2. a table with any NULL function slot is [`KernelError::InvalidTable`] and captures
 ///    nothing;
 /// 3. the first call that gets here copies `*table` (by value: what must stay alive is
@@ -37,6 +37,7 @@ static CAPTURED: OnceLock<AllocatorTable> = OnceLock::new();
 /// ```
 pub fn initialize(table: &'static AllocatorTable) -> Result<(), KernelError> {
     isa::selected()?;
+    crate::lowp::forced()?;
     if !table.is_complete() {
         return Err(KernelError::InvalidTable);
     }

@@ -19,6 +19,15 @@
 //! variable `KEEPALLOC_KERNELS_ISA` ([`ISA_ENV`]) forces a lower one. Batch 1 runs a GEMV
 //! kernel of its own with eight independent accumulator chains.
 //!
+//! Low-precision variants, named and created as XNNPACK's (each from its own descriptor,
+//! packed through the same table, with the same errors and allocation rules):
+//! [`FullyConnectedBf16F32`] (bf16 activations and weights, f32 accumulation; AVX512-BF16
+//! `vdpbf16ps`), [`FullyConnectedQd8F32Qc8w`] (activations quantized per row to int8 inside
+//! the run, int8 weights with per-channel scales; AVX512-VNNI / AVX-VNNI `vpdpbusd`) and
+//! [`FullyConnectedF32Qc8w`] (f32 activations, int8 weights widened in registers). They
+//! choose their kernels by [`DotIsa`], forced with `KEEPALLOC_KERNELS_DOT_ISA`
+//! ([`DOT_ISA_ENV`]).
+//!
 //! ```
 //! use keepalloc_allocators::{AllocatorTable, Counting, System};
 //! use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
@@ -44,14 +53,24 @@
 mod buffer;
 mod error;
 mod fc;
+mod fc_bf16;
+mod fc_qc8w;
+mod fc_qd8;
 mod gemm;
 mod init;
 mod isa;
+mod lowp;
 mod pack;
+mod selftest;
 
 pub use buffer::ALIGNMENT;
 pub use error::KernelError;
 pub use fc::{FullyConnected, FullyConnectedDesc};
+pub use fc_bf16::{FullyConnectedBf16F32, FullyConnectedBf16F32Desc, bf16_from_f32, bf16_to_f32};
+pub use fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
+pub use fc_qd8::{FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, Qd8Params, quantize_qd8};
 pub use init::{captured_table, initialize};
 pub use isa::{ISA_ENV, Isa, selected as selected_isa};
 pub use keepalloc_allocators::AllocatorTable;
+pub use lowp::{DOT_ISA_ENV, DotIsa};
+pub use selftest::{LOW_PRECISION_ALLOCATIONS, low_precision_path};

@@ -2,7 +2,11 @@
 //! captured table. A counting `#[global_allocator]` needs a process of its own.
 
 use keepalloc_allocators::{AllocatorTable, AsGlobal, Counting, System};
-use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Isa, initialize};
+use keepalloc_kernels::{
+    DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
+    FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
+    FullyConnectedQd8F32Qc8wDesc, Isa, initialize,
+};
 
 #[global_allocator]
 static GLOBAL: AsGlobal<Counting<System>> = AsGlobal(Counting::new(System));
@@ -48,5 +52,107 @@ fn main() {
             println!("global_alloc: {isa} batch {batch}: 0 global allocations, 1 table allocation");
         }
     }
+    low_precision(k, n, m, &input, &bias);
     println!("global_alloc: ok");
+}
+
+/// One create/run/drop of an operator kind; false when it could not be created.
+type Exercise<'a> = dyn Fn(&mut [f32], &mut [u8]) -> bool + 'a;
+
+/// The bf16 and int8 operators, on every dot-product ISA this CPU has a kernel for: create,
+/// two runs (batch 1 and `m`; qd8 with a workspace sized beforehand) and drop make no
+/// global allocation and exactly `CREATE_ALLOCATIONS` table allocations, all freed.
+fn low_precision(k: usize, n: usize, m: usize, input: &[f32], bias: &[f32]) {
+    let w8: Vec<i8> = (0..k * n).map(|i| (i % 251) as u8 as i8).collect();
+    let wb: Vec<u16> = (0..k * n).map(|i| 0x3f80 + (i % 17) as u16).collect();
+    let xb: Vec<u16> = input
+        .iter()
+        .map(|&v| keepalloc_kernels::bf16_from_f32(v))
+        .collect();
+    let scales: Vec<f32> = (0..n).map(|i| 0.01 + i as f32 * 1e-3).collect();
+    let mut output = vec![0.0f32; m * n];
+    // Sized outside the measured section: the caller owns the workspace, as in XNNPACK.
+    let mut workspace = vec![0u8; 1 << 20];
+    let mut measured = 0;
+    for isa in DotIsa::available() {
+        let kinds: [(&str, usize, &Exercise<'_>); 3] = [
+            (
+                "bf16_f32",
+                FullyConnectedBf16F32::CREATE_ALLOCATIONS,
+                &|out, _| {
+                    let desc = FullyConnectedBf16F32Desc::new(k, n, &wb)
+                        .with_bias(bias)
+                        .with_isa(isa);
+                    let Ok(op) = FullyConnectedBf16F32::create(&desc) else {
+                        return false;
+                    };
+                    for batch in [1, m] {
+                        op.run(batch, &xb, out).unwrap();
+                    }
+                    true
+                },
+            ),
+            (
+                "qd8_f32_qc8w",
+                FullyConnectedQd8F32Qc8w::CREATE_ALLOCATIONS,
+                &|out, ws| {
+                    let desc = FullyConnectedQd8F32Qc8wDesc::new(k, n, &w8, &scales)
+                        .with_bias(bias)
+                        .transposed()
+                        .with_isa(isa);
+                    let Ok(op) = FullyConnectedQd8F32Qc8w::create(&desc) else {
+                        return false;
+                    };
+                    for batch in [1, m] {
+                        let size = op.workspace_size(batch).unwrap();
+                        op.run(batch, input, out, &mut ws[..size]).unwrap();
+                    }
+                    true
+                },
+            ),
+            (
+                "f32_qc8w",
+                FullyConnectedF32Qc8w::CREATE_ALLOCATIONS,
+                &|out, _| {
+                    let desc = FullyConnectedF32Qc8wDesc::new(k, n, &w8, &scales)
+                        .with_bias(bias)
+                        .with_isa(isa);
+                    let Ok(op) = FullyConnectedF32Qc8w::create(&desc) else {
+                        return false;
+                    };
+                    for batch in [1, m] {
+                        op.run(batch, input, out).unwrap();
+                    }
+                    true
+                },
+            ),
+        ];
+        for (name, allocations, run) in kinds {
+            if !DotIsa::kernels_for(name).contains(&isa) {
+                continue;
+            }
+            let global_before = GLOBAL.0.stats();
+            let table_before = BACKEND.stats();
+            assert!(
+                run(&mut output, &mut workspace),
+                "{name} {isa}: create failed"
+            );
+            let global_after = GLOBAL.0.stats();
+            let table_after = BACKEND.stats();
+            assert_eq!(
+                global_after.allocations, global_before.allocations,
+                "{name} {isa}: the global allocator was used"
+            );
+            assert_eq!(
+                table_after.allocations - table_before.allocations,
+                allocations as u64
+            );
+            assert_eq!(table_after.live_bytes, table_before.live_bytes);
+            println!(
+                "global_alloc: {name} {isa}: 0 global allocations, {allocations} table allocation"
+            );
+            measured += 1;
+        }
+    }
+    assert!(measured >= 3, "every kind has at least its scalar kernel");
 }

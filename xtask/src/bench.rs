@@ -1,7 +1,9 @@
 //! `cargo xtask bench`: builds and runs the kernels benchmark (`keepalloc-kernels-bench`, a
 //! release binary) in one run: keepalloc-kernels against XNNPACK, OpenBLAS, matrixmultiply
 //! and gemm on the shapes, single-threaded. Options are passed through (`--json
-//! PATH`, `--svg PATH`, `--quick`, `--libs a,b`, `--shapes MxKxN,...`); the benchmark's own
+//! PATH`, `--svg PATH`, `--quick`, `--libs a,b`, `--shapes MxKxN,...`, and `--op
+//! f32|bf16_f32|qd8_f32_qc8w|f32_qc8w|all`: the low-precision operators against current
+//! XNNPACK, the executorch wheel's from `cargo xtask runtimes`); the benchmark's own
 //! dependencies (plotters, the peers) stay out of xtask.
 
 use crate::util;

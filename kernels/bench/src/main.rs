@@ -12,8 +12,10 @@
 //! `--quick` (shorter timing), `--libs a,b` and `--shapes MxKxN,...` to narrow the run.
 
 mod chart;
+mod lowp;
 mod peers;
 mod probe;
+mod xnn_current;
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -106,9 +108,14 @@ struct Cli {
     /// matrixmultiply, gemm [default: all].
     #[arg(long, value_name = "a,b", value_delimiter = ',')]
     libs: Option<Vec<String>>,
-    /// Only these shapes, comma-separated [default: the eleven].
+    /// Only these shapes, comma-separated [default: the eleven, plus 128x4096x4096
+    /// for the low-precision operators].
     #[arg(long, value_name = "MxKxN,...", value_delimiter = ',', value_parser = parse_shape)]
     shapes: Option<Vec<(usize, usize, usize)>>,
+    /// Which operator: the f32 one against every peer, or a low-precision one against
+    /// current XNNPACK (the executorch wheel's), or all four.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16_f32", "qd8_f32_qc8w", "f32_qc8w", "all"])]
+    op: String,
 }
 
 /// `MxKxN`, each positive.
@@ -121,6 +128,12 @@ fn parse_shape(s: &str) -> Result<(usize, usize, usize), String> {
 }
 
 struct Options {
+    /// Run the f32 comparison.
+    f32: bool,
+    /// The low-precision operators to run.
+    lowp: Vec<lowp::Kind>,
+    /// `--shapes`, if given.
+    shapes_given: Option<Vec<(usize, usize, usize)>>,
     json: Option<String>,
     svg: String,
     budget: Duration,
@@ -130,7 +143,14 @@ struct Options {
 
 impl From<Cli> for Options {
     fn from(cli: Cli) -> Options {
+        let lowp = lowp::Kind::ALL
+            .into_iter()
+            .filter(|k| cli.op == "all" || cli.op == k.name())
+            .collect();
         Options {
+            f32: cli.op == "f32" || cli.op == "all",
+            lowp,
+            shapes_given: cli.shapes.clone(),
             json: cli.json,
             svg: cli.svg,
             budget: Duration::from_millis(if cli.quick { 120 } else { 400 }),
@@ -214,6 +234,26 @@ fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
 fn main() -> ExitCode {
     // A bad option prints the usage and exits with 2, as before.
     let o = Options::from(Cli::parse());
+    let mut code = ExitCode::SUCCESS;
+    if o.f32 {
+        code = run_f32(&o);
+    }
+    if !o.lowp.is_empty() {
+        let shapes = o.shapes_given.clone().unwrap_or_else(|| {
+            let mut s = SHAPES.to_vec();
+            s.push((128, 4096, 4096));
+            s
+        });
+        if !lowp::run(&o.lowp, &shapes, o.budget) {
+            eprintln!("WRONG RESULTS in the low-precision operators");
+            code = ExitCode::FAILURE;
+        }
+    }
+    code
+}
+
+/// The f32 operator against every peer.
+fn run_f32(o: &Options) -> ExitCode {
     let isa = keepalloc_kernels::selected_isa().map_or_else(|e| e.to_string(), |i| i.to_string());
     println!(
         "keepalloc-kernels bench: single thread, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
@@ -458,5 +498,18 @@ mod tests {
             assert!(options(&["--shapes", bad]).is_err(), "{bad}");
         }
         assert!(options(&["--frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn op_selects_the_operators() {
+        let o = options(&[]).unwrap();
+        assert!(o.f32 && o.lowp.is_empty());
+        let o = options(&["--op", "qd8_f32_qc8w"]).unwrap();
+        assert!(!o.f32);
+        assert_eq!(o.lowp, [lowp::Kind::Qd8F32Qc8w]);
+        let o = options(&["--op", "all"]).unwrap();
+        assert!(o.f32);
+        assert_eq!(o.lowp, lowp::Kind::ALL);
+        assert!(options(&["--op", "int4"]).is_err());
     }
 }

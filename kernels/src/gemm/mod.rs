@@ -172,7 +172,7 @@ unsafe impl Send for Problem {}
 unsafe impl Sync for Problem {}
 
 /// Balanced row tiles: as few tiles as MR allows, sizes differing by at most one.
-fn row_tiles(m: usize, mr: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn row_tiles(m: usize, mr: usize) -> impl Iterator<Item = (usize, usize)> {
     let tiles = m.div_ceil(mr);
     let base = m / tiles;
     let extra = m % tiles;

@@ -183,3 +183,4 @@ impl Case {
 }
 
 pub const SENTINEL: f32 = -12345.678;
+pub mod lowp;

@@ -1,0 +1,471 @@
+//! `--op bf16_f32|qd8_f32_qc8w|f32_qc8w`: the low-precision operators against current
+//! XNNPACK (the executorch 1.5.1 wheel's, loaded with dlmopen) in one run.
+//!
+//! GOPS = 2·M·K·N / median time. Every timed closure is the whole operator: qd8 includes
+//! quantizing the f32 activations (keepalloc inside `run`; XNNPACK through its
+//! `convert_nc_f32_qd8` operator followed by its FC, its operator path, and through a
+//! subgraph runtime of convert + FC, its subgraph path). Every library's
+//! output is checked against the f64 reference of the operator's dequantized arithmetic
+//! with the tolerance of `kernels/tests/common/lowp.rs` (all rows up to 2^28 multiply-adds,
+//! 8 evenly spaced rows above); a mismatch fails the run. The same run measures the peak of
+//! `vdpbf16ps` / `vpdpbusd` (and the FMA peak) before and between the shapes, keeping the
+//! best. Debian's 2022 XNNPACK has none of these operators (its header predates them), so it
+//! has no column.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_kernels::{
+    FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
+    FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
+    FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
+};
+
+use crate::probe::{self, DotPeak};
+use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
+use crate::{ROUNDS, Timing};
+
+/// A low-precision operator kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Bf16F32,
+    Qd8F32Qc8w,
+    F32Qc8w,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Bf16F32, Kind::Qd8F32Qc8w, Kind::F32Qc8w];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Bf16F32 => "bf16_f32",
+            Kind::Qd8F32Qc8w => "qd8_f32_qc8w",
+            Kind::F32Qc8w => "f32_qc8w",
+        }
+    }
+}
+
+/// One shape's data.
+struct Data {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// m × k f32 (plus XNN_EXTRA_BYTES).
+    x: Vec<f32>,
+    /// m × k bf16 (plus slack).
+    xb: Vec<u16>,
+    /// n × k.
+    wb: Vec<u16>,
+    /// n × k.
+    w8: Vec<i8>,
+    scales: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl Data {
+    fn new(m: usize, k: usize, n: usize) -> Data {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ ((m * 31 + k) * 131 + n) as u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut unit = || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+        let mut x: Vec<f32> = (0..m * k).map(|_| unit()).collect();
+        x.extend([0.0; 16]);
+        let xb = x.iter().map(|&v| bf16_from_f32(v)).collect();
+        let wb = (0..n * k).map(|_| bf16_from_f32(unit())).collect();
+        let w8 = (0..n * k).map(|_| (unit() * 127.0) as i8).collect();
+        let scales = (0..n).map(|_| (unit().abs() + 0.01) / 128.0).collect();
+        let bias = (0..n).map(|_| unit()).collect();
+        Data {
+            m,
+            k,
+            n,
+            x,
+            xb,
+            wb,
+            w8,
+            scales,
+            bias,
+        }
+    }
+
+    /// The rows whose outputs are checked.
+    fn rows(&self) -> Vec<usize> {
+        if self.m * self.k * self.n <= 1 << 28 || self.m <= 8 {
+            (0..self.m).collect()
+        } else {
+            (0..8).map(|i| i * (self.m - 1) / 7).collect()
+        }
+    }
+
+    /// `(row, value, tolerance)` per checked output, the rules of the kernels' tests.
+    fn reference(&self, kind: Kind) -> Vec<(usize, Vec<(f64, f64)>)> {
+        let eps = f32::EPSILON as f64;
+        let (k, n) = (self.k, self.n);
+        let mut q = vec![0i8; k];
+        self.rows()
+            .into_iter()
+            .map(|r| {
+                let row = &self.x[r * k..(r + 1) * k];
+                let p = quantize_qd8(row, &mut q);
+                let vals = (0..n)
+                    .map(|j| {
+                        let b = self.bias[j] as f64;
+                        let w = |kk: usize| j * k + kk;
+                        match kind {
+                            Kind::Bf16F32 => {
+                                let (mut s, mut t) = (0.0, 0.0);
+                                for kk in 0..k {
+                                    let v = bf16_to_f32(self.xb[r * k + kk]) as f64
+                                        * bf16_to_f32(self.wb[w(kk)]) as f64;
+                                    s += v;
+                                    t += f64::abs(v);
+                                }
+                                (s + b, (k as f64 + 2.0) * eps * (t + b.abs()))
+                            }
+                            Kind::Qd8F32Qc8w => {
+                                let mut s = 0i64;
+                                for (kk, &qv) in q.iter().enumerate() {
+                                    s += (qv as i64 - p.zero_point as i64) * self.w8[w(kk)] as i64;
+                                }
+                                let v = s as f64 * p.scale as f64 * self.scales[j] as f64;
+                                (v + b, 2.0 * eps * (v.abs() + b.abs()))
+                            }
+                            Kind::F32Qc8w => {
+                                let (mut s, mut t) = (0.0, 0.0);
+                                for (kk, &xv) in row.iter().enumerate() {
+                                    let v = xv as f64 * self.w8[w(kk)] as f64;
+                                    s += v;
+                                    t += f64::abs(v);
+                                }
+                                let ws = self.scales[j] as f64;
+                                let v = ws * (s + b);
+                                (v, eps * ((k as f64 + 2.0) * ws * (t + b.abs()) + v.abs()))
+                            }
+                        }
+                    })
+                    .collect();
+                (r, vals)
+            })
+            .collect()
+    }
+}
+
+/// One column of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lib {
+    Keepalloc,
+    Xnnpack,
+    /// qd8 only: XNNPACK's subgraph path (convert + FC in one runtime).
+    XnnpackSubgraph,
+    /// keepalloc's f32 operator on the dequantized weights (f32_qc8w's batch-1 baseline).
+    KeepallocF32,
+}
+
+impl Lib {
+    fn name(self) -> &'static str {
+        match self {
+            Lib::Keepalloc => "keepalloc",
+            Lib::Xnnpack => "XNNPACK-cur",
+            Lib::XnnpackSubgraph => "XNN-subgraph",
+            Lib::KeepallocF32 => "keepalloc-f32",
+        }
+    }
+}
+
+type Runner<'a> = Box<dyn FnMut(&mut [f32]) + 'a>;
+
+static SYSTEM: System = System;
+static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+
+fn runner<'a>(
+    kind: Kind,
+    lib: Lib,
+    d: &'a Data,
+    xnn: Option<&'static Xnn>,
+) -> Result<Runner<'a>, String> {
+    let (m, k, n) = (d.m, d.k, d.n);
+    let g = Geometry { k, n, m };
+    let e = |e: keepalloc_kernels::KernelError| e.to_string();
+    match (lib, kind) {
+        (Lib::Keepalloc, Kind::Bf16F32) => {
+            let op = FullyConnectedBf16F32::create_with_table(
+                &TABLE,
+                &FullyConnectedBf16F32Desc::new(k, n, &d.wb).with_bias(&d.bias),
+            )
+            .map_err(e)?;
+            Ok(Box::new(move |out| {
+                op.run(m, &d.xb, out).expect("keepalloc bf16 run")
+            }))
+        }
+        (Lib::Keepalloc, Kind::Qd8F32Qc8w) => {
+            let op = FullyConnectedQd8F32Qc8w::create_with_table(
+                &TABLE,
+                &FullyConnectedQd8F32Qc8wDesc::new(k, n, &d.w8, &d.scales).with_bias(&d.bias),
+            )
+            .map_err(e)?;
+            let mut ws = vec![0u8; op.workspace_size(m).map_err(e)?];
+            Ok(Box::new(move |out| {
+                op.run(m, &d.x, out, &mut ws).expect("keepalloc qd8 run")
+            }))
+        }
+        (Lib::Keepalloc, Kind::F32Qc8w) => {
+            let op = FullyConnectedF32Qc8w::create_with_table(
+                &TABLE,
+                &FullyConnectedF32Qc8wDesc::new(k, n, &d.w8, &d.scales).with_bias(&d.bias),
+            )
+            .map_err(e)?;
+            Ok(Box::new(move |out| {
+                op.run(m, &d.x, out).expect("keepalloc f32_qc8w run")
+            }))
+        }
+        (Lib::KeepallocF32, _) => {
+            // The same layer in f32: W' = ws·W, b' = ws·b.
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| d.w8[i] as f32 * d.scales[i / k])
+                .collect();
+            let b: Vec<f32> = (0..n).map(|j| d.bias[j] * d.scales[j]).collect();
+            let op = FullyConnected::create_with_table(
+                &TABLE,
+                &FullyConnectedDesc::new(k, n, &w).with_bias(&b),
+            )
+            .map_err(e)?;
+            Ok(Box::new(move |out| {
+                op.run(m, &d.x, out).expect("keepalloc f32 run")
+            }))
+        }
+        (Lib::XnnpackSubgraph, _) => {
+            let xnn = xnn.ok_or("current XNNPACK not found (cargo xtask runtimes)")?;
+            let mut sg = Qd8Subgraph::new(xnn, g, &d.w8, &d.scales, &d.bias)?;
+            Ok(Box::new(move |out| {
+                sg.run(&d.x, out).expect("XNNPACK subgraph run")
+            }))
+        }
+        (Lib::Xnnpack, _) => {
+            let xnn = xnn.ok_or("current XNNPACK not found (cargo xtask runtimes)")?;
+            match kind {
+                Kind::Bf16F32 => {
+                    let op = Bf16Fc::new(xnn, g, &d.wb, &d.bias)?;
+                    Ok(Box::new(move |out| {
+                        op.run(&d.xb, out).expect("XNNPACK bf16 run")
+                    }))
+                }
+                Kind::Qd8F32Qc8w => {
+                    let mut op = Qd8Fc::new(xnn, g, &d.w8, &d.scales, &d.bias)?;
+                    Ok(Box::new(move |out| {
+                        op.run(&d.x, out).expect("XNNPACK qd8 run")
+                    }))
+                }
+                Kind::F32Qc8w => {
+                    let op = F32Qc8wFc::new(xnn, g, &d.w8, &d.scales, &d.bias)?;
+                    Ok(Box::new(move |out| {
+                        op.run(&d.x, out).expect("XNNPACK f32_qc8w run")
+                    }))
+                }
+            }
+        }
+    }
+}
+
+/// One shape's results: GOPS (or why skipped) and correctness per library.
+struct Row {
+    shape: (usize, usize, usize),
+    cells: Vec<(Lib, Result<f64, String>, bool)>,
+}
+
+impl Row {
+    fn of(&self, lib: Lib) -> Option<f64> {
+        self.cells
+            .iter()
+            .find(|c| c.0 == lib)
+            .and_then(|c| c.1.as_ref().ok().copied())
+    }
+}
+
+/// Runs `kinds` over `shapes`; returns false when an output was wrong.
+pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -> bool {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let xnn = match xnn_current::find_library(&workspace) {
+        Some(path) => match Xnn::load(&path) {
+            Ok(x) => {
+                println!("current XNNPACK: {}", x.path.display());
+                Some(x)
+            }
+            Err(e) => {
+                println!("current XNNPACK: {e}");
+                None
+            }
+        },
+        None => {
+            println!("current XNNPACK: not found (run `cargo xtask runtimes`)");
+            None
+        }
+    };
+    println!(
+        "Debian's XNNPACK (2022): no bf16_f32, qd8_f32_qc8w or f32_qc8w operator in its header"
+    );
+    let mut bf16_peak = probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0);
+    let mut vnni_peak = probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0);
+    let mut fma_peak = probe::fma_peak();
+    let mut all_ok = true;
+    let mut tables = String::new();
+    for &kind in kinds {
+        let mut rows = Vec::new();
+        for &(m, k, n) in shapes {
+            let d = Data::new(m, k, n);
+            let mut libs = vec![Lib::Keepalloc, Lib::Xnnpack];
+            if kind == Kind::F32Qc8w && m == 1 {
+                libs.push(Lib::KeepallocF32);
+            }
+            if kind == Kind::Qd8F32Qc8w {
+                libs.push(Lib::XnnpackSubgraph);
+            }
+            let flops = 2.0 * (m * k * n) as f64;
+            let mut out = vec![f32::NAN; m * n];
+            let mut runners: Vec<(Lib, Result<Runner<'_>, String>)> = libs
+                .iter()
+                .map(|&lib| (lib, runner(kind, lib, &d, xnn)))
+                .collect();
+            let mut timings: Vec<Option<(Timing, usize)>> = runners
+                .iter_mut()
+                .map(|(_, r)| {
+                    let run = r.as_mut().ok()?;
+                    let (t, sample) = Timing::calibrate(run, &mut out);
+                    let per_round = (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos())
+                        .clamp(3, 300) as usize;
+                    Some((t, per_round))
+                })
+                .collect();
+            for _ in 0..ROUNDS {
+                for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+                    if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
+                        t.sample(run, &mut out, flops, *per_round);
+                    }
+                }
+            }
+            let reference = d.reference(kind);
+            let mut cells = Vec::new();
+            for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+                let cell = match (r, t) {
+                    (Ok(run), Some((t, _))) => {
+                        out.fill(f32::NAN);
+                        run(&mut out);
+                        // The f32 baseline rounds its products differently: twice the rule.
+                        let factor = if *lib == Lib::KeepallocF32 { 2.0 } else { 1.0 };
+                        let ok = reference.iter().all(|(r, vals)| {
+                            vals.iter().enumerate().all(|(j, &(want, tol))| {
+                                (out[r * n + j] as f64 - want).abs() <= factor * tol + 1e-30
+                            })
+                        });
+                        if !ok {
+                            all_ok = false;
+                            eprintln!("WRONG: {} {} on {m}x{k}x{n}", lib.name(), kind.name());
+                        }
+                        (*lib, Ok(t.median()), ok)
+                    }
+                    (Err(why), _) => (*lib, Err(why.clone()), true),
+                    (Ok(_), None) => unreachable!("every runner is calibrated"),
+                };
+                cells.push(cell);
+            }
+            drop(runners);
+            match kind {
+                Kind::Bf16F32 => {
+                    bf16_peak = bf16_peak.max(probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0))
+                }
+                Kind::Qd8F32Qc8w => {
+                    vnni_peak = vnni_peak.max(probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0))
+                }
+                Kind::F32Qc8w => fma_peak = fma_peak.max(probe::fma_peak()),
+            }
+            eprintln!("measured {} {m}x{k}x{n}", kind.name());
+            rows.push(Row {
+                shape: (m, k, n),
+                cells,
+            });
+        }
+        let (peak_name, peak) = match kind {
+            Kind::Bf16F32 => ("vdpbf16ps", bf16_peak),
+            Kind::Qd8F32Qc8w => ("vpdpbusd", vnni_peak),
+            Kind::F32Qc8w => ("FMA", fma_peak),
+        };
+        let _ = writeln!(
+            tables,
+            "\n{}: GOPS (2·M·K·N / median time), single thread; {peak_name} peak probe (best of the run): {peak:.1} GOPS",
+            kind.name()
+        );
+        let mut h = format!(
+            "{:<18}{:>12}{:>13}{:>10}{:>9}",
+            "shape (MxKxN)", "keepalloc", "XNNPACK-cur", "vs XNN", "% peak"
+        );
+        if kind == Kind::F32Qc8w {
+            let _ = write!(h, "{:>15}{:>10}", "keepalloc-f32", "vs f32");
+        }
+        if kind == Kind::Qd8F32Qc8w {
+            let _ = write!(h, "{:>14}{:>13}", "XNN-subgraph", "vs best XNN");
+        }
+        let _ = writeln!(tables, "{h}");
+        for row in &rows {
+            let (m, k, n) = row.shape;
+            let cell = |lib: Lib| {
+                row.cells
+                    .iter()
+                    .find(|c| c.0 == lib)
+                    .map_or("-".to_string(), |c| match &c.1 {
+                        Ok(g) => format!("{g:.1}{}", if c.2 { "" } else { "!" }),
+                        Err(_) => "skipped".into(),
+                    })
+            };
+            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => format!("{:.2}x", a / b),
+                _ => "-".into(),
+            };
+            let ours = row.of(Lib::Keepalloc);
+            let mut line = format!(
+                "{:<18}{:>12}{:>13}{:>10}{:>9}",
+                format!("{m}x{k}x{n}"),
+                cell(Lib::Keepalloc),
+                cell(Lib::Xnnpack),
+                ratio(ours, row.of(Lib::Xnnpack)),
+                ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak)),
+            );
+            if kind == Kind::Qd8F32Qc8w {
+                let best = match (row.of(Lib::Xnnpack), row.of(Lib::XnnpackSubgraph)) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                let _ = write!(
+                    line,
+                    "{:>14}{:>13}",
+                    cell(Lib::XnnpackSubgraph),
+                    ratio(ours, best)
+                );
+            }
+            if kind == Kind::F32Qc8w {
+                let _ = write!(
+                    line,
+                    "{:>15}{:>10}",
+                    cell(Lib::KeepallocF32),
+                    ratio(ours, row.of(Lib::KeepallocF32))
+                );
+            }
+            let _ = writeln!(tables, "{line}");
+        }
+        if let Some((_, Err(why), _)) = rows
+            .first()
+            .and_then(|r| r.cells.iter().find(|c| c.0 == Lib::Xnnpack))
+        {
+            let _ = writeln!(tables, "XNNPACK-cur: {why}");
+        }
+    }
+    print!("{tables}");
+    if all_ok {
+        println!("all outputs match their f64 references");
+    }
+    all_ok
+}

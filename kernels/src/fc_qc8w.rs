@@ -1,0 +1,171 @@
+//! `fully_connected_nc_f32_qc8w`: f32 activations, int8 weights with one f32 scale per
+//! output channel, dequantized in registers.
+
+use keepalloc_allocators::AllocatorTable;
+
+use crate::error::KernelError;
+use crate::init;
+use crate::lowp::op::{Common, Core, desc_builders};
+use crate::lowp::{self, DotIsa, Job, Kind};
+
+/// Everything `xnn_create_fully_connected_nc_f32_qc8w` takes.
+#[derive(Debug, Clone, Copy)]
+pub struct FullyConnectedF32Qc8wDesc<'a> {
+    /// K: values per input row.
+    pub input_channels: usize,
+    /// N: values per output row.
+    pub output_channels: usize,
+    /// Distance between input rows, in floats (≥ `input_channels`).
+    pub input_stride: usize,
+    /// Distance between output rows, in floats (≥ `output_channels`).
+    pub output_stride: usize,
+    /// `N` positive finite scales, one per output channel (`kernel_scale`).
+    pub weight_scales: &'a [f32],
+    /// `N × K` int8 weights `[output][input]`, or `K × N` when `transposed_weights`.
+    pub weights: &'a [i8],
+    /// `N` floats, or none (zero bias).
+    pub bias: Option<&'a [f32]>,
+    /// Lower output bound (`-inf` for none).
+    pub output_min: f32,
+    /// Upper output bound (`+inf` for none).
+    pub output_max: f32,
+    /// Weights are `[input][output]`.
+    pub transposed_weights: bool,
+    /// The instruction set; `None` is the environment's or the best with an int8 kernel.
+    pub isa: Option<DotIsa>,
+}
+
+impl<'a> FullyConnectedF32Qc8wDesc<'a> {
+    /// `input_channels` → `output_channels` with `[output][input]` int8 weights and their
+    /// per-channel scales, dense rows, no bias, no clamp.
+    pub fn new(
+        input_channels: usize,
+        output_channels: usize,
+        weights: &'a [i8],
+        weight_scales: &'a [f32],
+    ) -> Self {
+        FullyConnectedF32Qc8wDesc {
+            input_channels,
+            output_channels,
+            input_stride: input_channels,
+            output_stride: output_channels,
+            weight_scales,
+            weights,
+            bias: None,
+            output_min: f32::NEG_INFINITY,
+            output_max: f32::INFINITY,
+            transposed_weights: false,
+            isa: None,
+        }
+    }
+
+    desc_builders!();
+}
+
+/// The f32 × int8-weight fully-connected operator:
+/// `y[m][n] = clamp(wsₙ · (b[n] + Σₖ x[m][k] · W[n][k]), min, max)`. Note that the channel
+/// scale multiplies the bias too: that is XNNPACK's definition of
+/// `fully_connected_nc_f32_qc8w` (its operator tester scales `bias + Σ` by the kernel
+/// scale), unlike `qd8_f32_qc8w`, whose bias is added after scaling. The int8 weights are
+/// widened to f32 in registers (exactly) and accumulated with FMA onto the bias; the
+/// channel scale is one multiply per output. Batch 1 streams 1 byte per
+/// weight instead of 4: the DRAM-bound GEMV case.
+///
+/// Lifecycle as the f32 operator's; `run` allocates nothing.
+#[derive(Debug)]
+pub struct FullyConnectedF32Qc8w {
+    core: Core,
+}
+
+impl FullyConnectedF32Qc8w {
+    /// Allocations one `create` makes from the table (the packed weights, scales and bias).
+    pub const CREATE_ALLOCATIONS: usize = 1;
+
+    /// Creates the operator through the table captured by [`initialize`](crate::initialize).
+    pub fn create(desc: &FullyConnectedF32Qc8wDesc<'_>) -> Result<Self, KernelError> {
+        Self::create_with_table(init::captured()?, desc)
+    }
+
+    /// Creates the operator through `table` (same contract as
+    /// [`FullyConnected::create_with_table`](crate::FullyConnected::create_with_table)).
+    pub fn create_with_table(
+        table: &'static AllocatorTable,
+        desc: &FullyConnectedF32Qc8wDesc<'_>,
+    ) -> Result<Self, KernelError> {
+        let common = Common {
+            k: desc.input_channels,
+            n: desc.output_channels,
+            input_stride: desc.input_stride,
+            output_stride: desc.output_stride,
+            weights_len: desc.weights.len(),
+            bias: desc.bias,
+            scales: Some(desc.weight_scales),
+            min: desc.output_min,
+            max: desc.output_max,
+            isa: desc.isa,
+        };
+        let core = Core::create(table, Kind::F32Qc8w, &common, |dst, nr| {
+            lowp::pack_f32_qc8w(
+                dst,
+                nr,
+                desc.input_channels,
+                desc.output_channels,
+                desc.weights,
+                desc.weight_scales,
+                desc.transposed_weights,
+                desc.bias,
+            )
+        })?;
+        Ok(FullyConnectedF32Qc8w { core })
+    }
+
+    /// The instruction set whose kernels this operator runs.
+    pub fn isa(&self) -> DotIsa {
+        self.core.isa
+    }
+
+    /// K.
+    pub fn input_channels(&self) -> usize {
+        self.core.k
+    }
+
+    /// N.
+    pub fn output_channels(&self) -> usize {
+        self.core.n
+    }
+
+    /// Bytes of packed weights, scales and bias held from the table.
+    pub fn packed_bytes(&self) -> usize {
+        self.core.packed.bytes()
+    }
+
+    /// Computes `batch` rows (f32 input rows `input_stride` apart, output rows
+    /// `output_stride` apart; only the first `output_channels` of each are written). A batch
+    /// of 0 does nothing. Never allocates.
+    pub fn run(&self, batch: usize, input: &[f32], output: &mut [f32]) -> Result<(), KernelError> {
+        let c = &self.core;
+        if !c.check_run(batch, input.len(), output.len())? {
+            return Ok(());
+        }
+        let job = Job {
+            kind: Kind::F32Qc8w,
+            isa: c.isa,
+            m: batch,
+            k: c.k,
+            n: c.n,
+            a: input.as_ptr().cast(),
+            lda: c.input_stride * size_of::<f32>(),
+            packed: c.packed.as_byte_ptr(),
+            c: output.as_mut_ptr(),
+            ldc: c.output_stride,
+            min: c.min,
+            max: c.max,
+            rows: core::ptr::null(),
+        };
+        // SAFETY: the slices hold `batch` rows at their strides (checked above), the output
+        // is borrowed mutably, the block was packed for (kind, isa) by `create`, which
+        // checked the ISA.
+        unsafe { lowp::run(&job) };
+        Ok(())
+    }
+}

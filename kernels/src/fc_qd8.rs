@@ -1,0 +1,271 @@
+//! `fully_connected_nc_qd8_f32_qc8w`: f32 activations quantized dynamically per row to
+//! int8 inside the operator, int8 weights with one f32 scale per output channel, f32
+//! output with bias and clamp.
+
+use keepalloc_allocators::AllocatorTable;
+
+use crate::buffer::ALIGNMENT;
+use crate::error::KernelError;
+use crate::init;
+use crate::lowp::op::{Common, Core, desc_builders};
+use crate::lowp::{self, DotIsa, Job, Kind, RowQuant, quant};
+
+/// One row's dynamic quantization, laid out as XNNPACK's `struct xnn_quantization_params`:
+/// `x ≈ scale · (q - zero_point)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct Qd8Params {
+    /// Zero point, in -128..=127.
+    pub zero_point: i32,
+    /// Dequantization scale (`1 / inv_scale`, see [`quantize_qd8`]).
+    pub scale: f32,
+}
+
+/// Quantizes one row of finite floats to int8 with the operator's rule (XNNPACK's qd8
+/// rule, spelled out in the `lowp::quant` docs: the range always includes 0,
+/// `inv_scale = 255 / (max - min)`, the zero point from the end with the smaller error,
+/// `q = clamp(round_ne(x · inv_scale) + zero_point, -128, 127)`). `out` must hold at least
+/// `row.len()` values; the operator's SIMD quantizer produces the same bits.
+pub fn quantize_qd8(row: &[f32], out: &mut [i8]) -> Qd8Params {
+    assert!(
+        out.len() >= row.len(),
+        "quantize_qd8: output shorter than the row"
+    );
+    let (mut lo, mut hi) = (0.0f32, 0.0f32);
+    for &v in row {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    let (zero_point, inv) = quant::params(lo, hi);
+    for (o, &v) in out.iter_mut().zip(row) {
+        *o = quant::quantize(v, inv, zero_point);
+    }
+    Qd8Params {
+        zero_point,
+        scale: 1.0 / inv,
+    }
+}
+
+/// Everything `xnn_create_fully_connected_nc_qd8_f32_qc8w` takes.
+#[derive(Debug, Clone, Copy)]
+pub struct FullyConnectedQd8F32Qc8wDesc<'a> {
+    /// K: values per input row (at most 65,536: see [`FullyConnectedQd8F32Qc8w`]).
+    pub input_channels: usize,
+    /// N: values per output row.
+    pub output_channels: usize,
+    /// Distance between input rows, in floats (≥ `input_channels`).
+    pub input_stride: usize,
+    /// Distance between output rows, in floats (≥ `output_channels`).
+    pub output_stride: usize,
+    /// `N` positive finite scales, one per output channel (`kernel_scale`).
+    pub weight_scales: &'a [f32],
+    /// `N × K` int8 weights `[output][input]`, or `K × N` when `transposed_weights`.
+    pub weights: &'a [i8],
+    /// `N` floats, or none (zero bias).
+    pub bias: Option<&'a [f32]>,
+    /// Lower output bound (`-inf` for none).
+    pub output_min: f32,
+    /// Upper output bound (`+inf` for none).
+    pub output_max: f32,
+    /// Weights are `[input][output]`.
+    pub transposed_weights: bool,
+    /// The instruction set; `None` is the environment's or the best with an int8 kernel.
+    pub isa: Option<DotIsa>,
+}
+
+impl<'a> FullyConnectedQd8F32Qc8wDesc<'a> {
+    /// `input_channels` → `output_channels` with `[output][input]` int8 weights and their
+    /// per-channel scales, dense rows, no bias, no clamp.
+    pub fn new(
+        input_channels: usize,
+        output_channels: usize,
+        weights: &'a [i8],
+        weight_scales: &'a [f32],
+    ) -> Self {
+        FullyConnectedQd8F32Qc8wDesc {
+            input_channels,
+            output_channels,
+            input_stride: input_channels,
+            output_stride: output_channels,
+            weight_scales,
+            weights,
+            bias: None,
+            output_min: f32::NEG_INFINITY,
+            output_max: f32::INFINITY,
+            transposed_weights: false,
+            isa: None,
+        }
+    }
+
+    desc_builders!();
+}
+
+/// The dynamically quantized int8 fully-connected operator:
+/// `y[m][n] = clamp(sₘ · wsₙ · Σₖ (q[m][k] - zₘ) · W[n][k] + b[n], min, max)`, where row `m`
+/// of the f32 input is quantized by [`quantize_qd8`] to `q[m]` with zero point `zₘ` and
+/// scale `sₘ` as part of the run, and `wsₙ` is channel `n`'s weight scale. The integer sum
+/// is exact (K ≤ 65,536); the result is then rounded in f32 (`i32 → f32`, `sₘ · wsₙ`, one
+/// fused multiply-add with the bias).
+///
+/// Quantized activations need scratch: like XNNPACK's workspace, the caller provides it
+/// ([`workspace_size`](Self::workspace_size) bytes for a batch, any alignment) and `run`
+/// allocates nothing. One workspace per concurrent run.
+#[derive(Debug)]
+pub struct FullyConnectedQd8F32Qc8w {
+    core: Core,
+}
+
+impl FullyConnectedQd8F32Qc8w {
+    /// Allocations one `create` makes from the table (the packed weights, scales, column
+    /// sums and bias).
+    pub const CREATE_ALLOCATIONS: usize = 1;
+
+    /// Creates the operator through the table captured by [`initialize`](crate::initialize).
+    pub fn create(desc: &FullyConnectedQd8F32Qc8wDesc<'_>) -> Result<Self, KernelError> {
+        Self::create_with_table(init::captured()?, desc)
+    }
+
+    /// Creates the operator through `table` (same contract as
+    /// [`FullyConnected::create_with_table`](crate::FullyConnected::create_with_table)).
+    pub fn create_with_table(
+        table: &'static AllocatorTable,
+        desc: &FullyConnectedQd8F32Qc8wDesc<'_>,
+    ) -> Result<Self, KernelError> {
+        let common = Common {
+            k: desc.input_channels,
+            n: desc.output_channels,
+            input_stride: desc.input_stride,
+            output_stride: desc.output_stride,
+            weights_len: desc.weights.len(),
+            bias: desc.bias,
+            scales: Some(desc.weight_scales),
+            min: desc.output_min,
+            max: desc.output_max,
+            isa: desc.isa,
+        };
+        let core = Core::create(table, Kind::Qd8F32Qc8w, &common, |dst, nr| {
+            lowp::pack_qd8(
+                dst,
+                nr,
+                desc.input_channels,
+                desc.output_channels,
+                desc.weights,
+                desc.weight_scales,
+                desc.transposed_weights,
+                desc.bias,
+            )
+        })?;
+        Ok(FullyConnectedQd8F32Qc8w { core })
+    }
+
+    /// The instruction set whose kernels this operator runs.
+    pub fn isa(&self) -> DotIsa {
+        self.core.isa
+    }
+
+    /// K.
+    pub fn input_channels(&self) -> usize {
+        self.core.k
+    }
+
+    /// N.
+    pub fn output_channels(&self) -> usize {
+        self.core.n
+    }
+
+    /// Bytes of packed weights, scales, column sums and bias held from the table.
+    pub fn packed_bytes(&self) -> usize {
+        self.core.packed.bytes()
+    }
+
+    /// Bytes between quantized rows in the workspace (K rounded up to a cache line).
+    fn row_bytes(&self) -> usize {
+        self.core.k.next_multiple_of(ALIGNMENT)
+    }
+
+    /// Workspace bytes a run of `batch` rows needs: the quantized rows (K bytes each,
+    /// rounded up to 64), 8 bytes of parameters per row, and 64 bytes of alignment slack.
+    pub fn workspace_size(&self, batch: usize) -> Result<usize, KernelError> {
+        let overflow = KernelError::BatchOverflow { batch };
+        let params = batch
+            .checked_mul(size_of::<RowQuant>())
+            .and_then(|b| b.checked_next_multiple_of(ALIGNMENT))
+            .ok_or(overflow)?;
+        batch
+            .checked_mul(self.row_bytes())
+            .and_then(|b| b.checked_add(params))
+            .and_then(|b| b.checked_add(ALIGNMENT))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(overflow)
+    }
+
+    /// Quantizes `batch` f32 rows (`input_stride` apart) into `workspace` and computes the
+    /// output rows (`output_stride` apart; only the first `output_channels` of each are
+    /// written). `workspace` must hold [`workspace_size(batch)`](Self::workspace_size)
+    /// bytes; its contents on entry do not matter. A batch of 0 does nothing. Never
+    /// allocates.
+    pub fn run(
+        &self,
+        batch: usize,
+        input: &[f32],
+        output: &mut [f32],
+        workspace: &mut [u8],
+    ) -> Result<(), KernelError> {
+        let c = &self.core;
+        if !c.check_run(batch, input.len(), output.len())? {
+            return Ok(());
+        }
+        let needed = self.workspace_size(batch)?;
+        if workspace.len() < needed {
+            return Err(KernelError::BufferTooShort {
+                which: "workspace",
+                needed,
+                actual: workspace.len(),
+            });
+        }
+        let skip = workspace.as_ptr().align_offset(ALIGNMENT);
+        let ws = &mut workspace[skip..];
+        let params_bytes = (batch * size_of::<RowQuant>()).next_multiple_of(ALIGNMENT);
+        let rows = ws.as_mut_ptr().cast::<RowQuant>();
+        // SAFETY: `ws` holds at least `params_bytes + batch * row_bytes` bytes (checked
+        // against workspace_size, which includes the alignment slack).
+        let a = unsafe { ws.as_mut_ptr().add(params_bytes) };
+        let lda = self.row_bytes();
+        // The input holds `batch` rows of K floats at its stride (checked); the workspace
+        // parts are disjoint, aligned (RowQuant needs 4, the base is 64-aligned) and big
+        // enough; the ISA was checked at create.
+        // SAFETY: as stated above.
+        unsafe {
+            quant::rows(
+                c.isa,
+                batch,
+                c.k,
+                input.as_ptr(),
+                c.input_stride,
+                a,
+                lda,
+                rows,
+            );
+        }
+        let job = Job {
+            kind: Kind::Qd8F32Qc8w,
+            isa: c.isa,
+            m: batch,
+            k: c.k,
+            n: c.n,
+            a,
+            lda,
+            packed: c.packed.as_byte_ptr(),
+            c: output.as_mut_ptr(),
+            ldc: c.output_stride,
+            min: c.min,
+            max: c.max,
+            rows,
+        };
+        // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their
+        // parameters were just written; the output holds `batch` rows (checked); the block
+        // was packed for (kind, isa) by `create`.
+        unsafe { lowp::run(&job) };
+        Ok(())
+    }
+}

@@ -1,0 +1,225 @@
+//! Which dot-product instruction set the bf16 and int8 operators run: chosen per operator
+//! kind at create time, overridable by `KEEPALLOC_KERNELS_DOT_ISA`.
+//!
+//! The f32 operator's [`Isa`](crate::Isa) says which vector width a CPU has; the low-precision
+//! operators also depend on extensions (AVX512-BF16's `vdpbf16ps`, AVX512-VNNI's and
+//! AVX-VNNI's `vpdpbusd`) that come and go independently, so they have an instruction set of
+//! their own. Each operator kind has kernels for a few of them ([`DotIsa::kernels_for`]).
+
+use core::fmt;
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::error::KernelError;
+
+/// The environment variable that forces the dot-product instruction set of every bf16 and
+/// int8 operator: `avx512bf16`, `avx512vnni`, `avxvnni`, `avx512`, `avx2` or `scalar`.
+/// Naming one this CPU lacks makes [`initialize`](crate::initialize) and every create fail
+/// ([`KernelError::UnsupportedDotIsa`]); an operator kind without a kernel for it fails to
+/// create ([`KernelError::NoKernel`]). Never a silent downgrade, so a test run with it set
+/// really exercises that kernel.
+pub const DOT_ISA_ENV: &str = "KEEPALLOC_KERNELS_DOT_ISA";
+
+/// An instruction set with low-precision (bf16 / int8) microkernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DotIsa {
+    /// Portable Rust: the reference kernels (8 columns, one row at a time).
+    Scalar,
+    /// AVX2 + FMA: bf16 widened to f32 with shifts; int8 sign/zero-extended to i16 and
+    /// multiplied with `vpmaddwd`; int8 weights widened with `vpmovsxbd`.
+    Avx2,
+    /// AVX-VNNI (VEX `vpdpbusd` on ymm), with AVX2 + FMA.
+    AvxVnni,
+    /// AVX-512F/BW/DQ/VL without the dot-product extensions (the f32 × int8 kernel).
+    Avx512,
+    /// AVX512-VNNI (`vpdpbusd` on zmm).
+    Avx512Vnni,
+    /// AVX512-BF16 (`vdpbf16ps` on zmm).
+    Avx512Bf16,
+}
+
+/// The three low-precision operator kinds, named as XNNPACK names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `fully_connected_nc_bf16_f32`.
+    Bf16F32,
+    /// `fully_connected_nc_qd8_f32_qc8w`.
+    Qd8F32Qc8w,
+    /// `fully_connected_nc_f32_qc8w`.
+    F32Qc8w,
+}
+
+impl Kind {
+    /// XNNPACK's name for the operator.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Kind::Bf16F32 => "bf16_f32",
+            Kind::Qd8F32Qc8w => "qd8_f32_qc8w",
+            Kind::F32Qc8w => "f32_qc8w",
+        }
+    }
+}
+
+impl DotIsa {
+    /// Every dot-product instruction set, best first.
+    pub const ALL: [DotIsa; 6] = [
+        DotIsa::Avx512Bf16,
+        DotIsa::Avx512Vnni,
+        DotIsa::Avx512,
+        DotIsa::AvxVnni,
+        DotIsa::Avx2,
+        DotIsa::Scalar,
+    ];
+
+    /// The lower-case name `KEEPALLOC_KERNELS_DOT_ISA` accepts.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DotIsa::Scalar => "scalar",
+            DotIsa::Avx2 => "avx2",
+            DotIsa::AvxVnni => "avxvnni",
+            DotIsa::Avx512 => "avx512",
+            DotIsa::Avx512Vnni => "avx512vnni",
+            DotIsa::Avx512Bf16 => "avx512bf16",
+        }
+    }
+
+    /// Parses a name as `KEEPALLOC_KERNELS_DOT_ISA` spells it (case-insensitive).
+    pub fn from_name(name: &str) -> Option<DotIsa> {
+        DotIsa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// True when this CPU can run the kernels of `self`.
+    pub fn is_supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = || has!("avx2") && has!("fma");
+            let avx512 =
+                || has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq");
+            match self {
+                DotIsa::Scalar => true,
+                DotIsa::Avx2 => avx2(),
+                DotIsa::AvxVnni => avx2() && has!("avxvnni"),
+                DotIsa::Avx512 => avx512(),
+                DotIsa::Avx512Vnni => avx512() && has!("avx512vnni"),
+                DotIsa::Avx512Bf16 => avx512() && has!("avx512bf16"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == DotIsa::Scalar
+        }
+    }
+
+    /// Every dot-product instruction set this CPU supports, best first.
+    pub fn available() -> impl Iterator<Item = DotIsa> {
+        DotIsa::ALL.into_iter().filter(|isa| isa.is_supported())
+    }
+
+    /// The instruction sets that have kernels for operator `kind` (`"bf16_f32"`,
+    /// `"qd8_f32_qc8w"`, `"f32_qc8w"`), best first; empty for an unknown name.
+    pub fn kernels_for(kind: &str) -> &'static [DotIsa] {
+        match kind {
+            "bf16_f32" => kernels(Kind::Bf16F32),
+            "qd8_f32_qc8w" => kernels(Kind::Qd8F32Qc8w),
+            "f32_qc8w" => kernels(Kind::F32Qc8w),
+            _ => &[],
+        }
+    }
+
+    fn to_code(self) -> u8 {
+        match self {
+            DotIsa::Scalar => 2,
+            DotIsa::Avx2 => 3,
+            DotIsa::AvxVnni => 4,
+            DotIsa::Avx512 => 5,
+            DotIsa::Avx512Vnni => 6,
+            DotIsa::Avx512Bf16 => 7,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<DotIsa> {
+        DotIsa::ALL.into_iter().find(|isa| isa.to_code() == code)
+    }
+}
+
+impl fmt::Display for DotIsa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The instruction sets with kernels for `kind`, best first.
+pub(crate) const fn kernels(kind: Kind) -> &'static [DotIsa] {
+    match kind {
+        Kind::Bf16F32 => &[DotIsa::Avx512Bf16, DotIsa::Avx2, DotIsa::Scalar],
+        Kind::Qd8F32Qc8w => &[
+            DotIsa::Avx512Vnni,
+            DotIsa::AvxVnni,
+            DotIsa::Avx2,
+            DotIsa::Scalar,
+        ],
+        Kind::F32Qc8w => &[DotIsa::Avx512, DotIsa::Avx2, DotIsa::Scalar],
+    }
+}
+
+/// The environment's choice: 0 = not read yet, 1 = not forced, else a `DotIsa` code. Only
+/// success is cached, so a bad environment can be fixed and retried.
+static FORCED: AtomicU8 = AtomicU8::new(0);
+
+/// The instruction set `KEEPALLOC_KERNELS_DOT_ISA` forces, if any (empty counts as unset).
+/// Read on the first successful call (which allocates through the global allocator, as
+/// reading the environment does; [`initialize`](crate::initialize) makes that call) and
+/// kept for the life of the process.
+pub(crate) fn forced() -> Result<Option<DotIsa>, KernelError> {
+    match FORCED.load(Ordering::Acquire) {
+        0 => {}
+        1 => return Ok(None),
+        code => return Ok(DotIsa::from_code(code)),
+    }
+    let forced = match std::env::var_os(DOT_ISA_ENV) {
+        Some(value) if !value.is_empty() => {
+            let isa = value
+                .to_str()
+                .and_then(DotIsa::from_name)
+                .ok_or(KernelError::UnknownDotIsa)?;
+            if !isa.is_supported() {
+                return Err(KernelError::UnsupportedDotIsa { isa });
+            }
+            Some(isa)
+        }
+        _ => None,
+    };
+    FORCED.store(forced.map_or(1, DotIsa::to_code), Ordering::Release);
+    Ok(forced)
+}
+
+/// The instruction set an operator of `kind` runs: `requested` (from its descriptor) if
+/// given, else the environment's, else the best one with a kernel for `kind`.
+pub(crate) fn choose(kind: Kind, requested: Option<DotIsa>) -> Result<DotIsa, KernelError> {
+    let isa = match requested {
+        Some(isa) => isa,
+        None => match forced()? {
+            Some(isa) => isa,
+            None => {
+                return Ok(kernels(kind)
+                    .iter()
+                    .copied()
+                    .find(|isa| isa.is_supported())
+                    .unwrap_or(DotIsa::Scalar));
+            }
+        },
+    };
+    if !isa.is_supported() {
+        return Err(KernelError::UnsupportedDotIsa { isa });
+    }
+    if !kernels(kind).contains(&isa) {
+        return Err(KernelError::NoKernel {
+            isa,
+            op: kind.name(),
+        });
+    }
+    Ok(isa)
+}

@@ -1,0 +1,219 @@
+//! What the three low-precision operators share: validation in the f32 operator's order,
+//! the packed block from the table, and the checks of a run.
+
+use keepalloc_allocators::AllocatorTable;
+
+use super::{DotIsa, Kind, choose, shape};
+use crate::buffer::TableBuf;
+use crate::error::KernelError;
+
+/// Largest K of `qd8_f32_qc8w`: the exact i32 accumulation needs
+/// `K · 255 · 128 < 2³¹` (see the AVX-512 kernel's notes).
+pub(crate) const QD8_MAX_K: usize = 65_536;
+
+/// The descriptor fields every kind has, borrowed from its descriptor.
+pub(crate) struct Common<'a> {
+    pub k: usize,
+    pub n: usize,
+    pub input_stride: usize,
+    pub output_stride: usize,
+    pub weights_len: usize,
+    pub bias: Option<&'a [f32]>,
+    pub scales: Option<&'a [f32]>,
+    pub min: f32,
+    pub max: f32,
+    pub isa: Option<DotIsa>,
+}
+
+/// An operator's packed weights and geometry.
+pub(crate) struct Core {
+    pub packed: TableBuf,
+    pub kind: Kind,
+    pub isa: DotIsa,
+    pub k: usize,
+    pub n: usize,
+    pub input_stride: usize,
+    pub output_stride: usize,
+    pub min: f32,
+    pub max: f32,
+}
+
+impl core::fmt::Debug for Core {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct(self.kind.name())
+            .field("isa", &self.isa)
+            .field("input_channels", &self.k)
+            .field("output_channels", &self.n)
+            .field("input_stride", &self.input_stride)
+            .field("output_stride", &self.output_stride)
+            .field("output_min", &self.min)
+            .field("output_max", &self.max)
+            .field("packed_bytes", &self.packed.bytes())
+            .finish()
+    }
+}
+
+impl Core {
+    /// Validates `c` (nothing allocated on error), takes one block from `table` and lets
+    /// `pack(block, nr)` fill it.
+    pub(crate) fn create(
+        table: &'static AllocatorTable,
+        kind: Kind,
+        c: &Common<'_>,
+        pack: impl FnOnce(&mut [u8], usize),
+    ) -> Result<Core, KernelError> {
+        if !table.is_complete() {
+            return Err(KernelError::InvalidTable);
+        }
+        let isa = choose(kind, c.isa)?;
+        let (k, n) = (c.k, c.n);
+        let bad_channels = KernelError::InvalidChannels {
+            input_channels: k,
+            output_channels: n,
+        };
+        if k == 0 || n == 0 || (kind == Kind::Qd8F32Qc8w && k > QD8_MAX_K) {
+            return Err(bad_channels);
+        }
+        let nr = shape(kind, isa).nr;
+        let bytes = super::pack::panel_bytes_checked(kind, nr, k)
+            .and_then(|p| p.checked_mul(n.div_ceil(nr)))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(bad_channels)?;
+        let weights_len = k.checked_mul(n).ok_or(bad_channels)?;
+        if c.input_stride < k {
+            return Err(KernelError::InvalidStride {
+                which: "input",
+                stride: c.input_stride,
+                channels: k,
+            });
+        }
+        if c.output_stride < n {
+            return Err(KernelError::InvalidStride {
+                which: "output",
+                stride: c.output_stride,
+                channels: n,
+            });
+        }
+        if c.weights_len != weights_len {
+            return Err(KernelError::WeightsLength {
+                expected: weights_len,
+                actual: c.weights_len,
+            });
+        }
+        if let Some(bias) = c.bias
+            && bias.len() != n
+        {
+            return Err(KernelError::BiasLength {
+                expected: n,
+                actual: bias.len(),
+            });
+        }
+        if let Some(scales) = c.scales {
+            if scales.len() != n {
+                return Err(KernelError::ScalesLength {
+                    expected: n,
+                    actual: scales.len(),
+                });
+            }
+            if let Some((channel, &scale)) = scales
+                .iter()
+                .enumerate()
+                .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+            {
+                return Err(KernelError::InvalidScale { channel, scale });
+            }
+        }
+        let (min, max) = (c.min, c.max);
+        if min.is_nan() || max.is_nan() || min > max {
+            return Err(KernelError::InvalidRange { min, max });
+        }
+        let mut packed = TableBuf::zeroed(table, bytes / size_of::<f32>())?;
+        debug_assert_eq!(packed.bytes(), bytes);
+        pack(packed.as_bytes_mut(), nr);
+        Ok(Core {
+            packed,
+            kind,
+            isa,
+            k,
+            n,
+            input_stride: c.input_stride,
+            output_stride: c.output_stride,
+            min,
+            max,
+        })
+    }
+
+    /// Checks a run's slices: `Ok(false)` for an empty batch (nothing to do).
+    pub(crate) fn check_run(
+        &self,
+        batch: usize,
+        input_len: usize,
+        output_len: usize,
+    ) -> Result<bool, KernelError> {
+        if batch == 0 {
+            return Ok(false);
+        }
+        let needed = |stride: usize, channels: usize| {
+            (batch - 1)
+                .checked_mul(stride)
+                .and_then(|v| v.checked_add(channels))
+                .ok_or(KernelError::BatchOverflow { batch })
+        };
+        let need_in = needed(self.input_stride, self.k)?;
+        let need_out = needed(self.output_stride, self.n)?;
+        if input_len < need_in {
+            return Err(KernelError::BufferTooShort {
+                which: "input",
+                needed: need_in,
+                actual: input_len,
+            });
+        }
+        if output_len < need_out {
+            return Err(KernelError::BufferTooShort {
+                which: "output",
+                needed: need_out,
+                actual: output_len,
+            });
+        }
+        Ok(true)
+    }
+}
+
+/// The builder methods every low-precision descriptor has (the f32 descriptor's).
+macro_rules! desc_builders {
+    () => {
+        /// Adds a bias of `output_channels` floats.
+        pub fn with_bias(mut self, bias: &'a [f32]) -> Self {
+            self.bias = Some(bias);
+            self
+        }
+
+        /// Sets the row strides (in elements).
+        pub fn with_strides(mut self, input_stride: usize, output_stride: usize) -> Self {
+            self.input_stride = input_stride;
+            self.output_stride = output_stride;
+            self
+        }
+
+        /// Clamps the output to `[min, max]`.
+        pub fn with_range(mut self, min: f32, max: f32) -> Self {
+            self.output_min = min;
+            self.output_max = max;
+            self
+        }
+
+        /// Declares the weights `[input][output]` (`K × N`, `XNN_FLAG_TRANSPOSE_WEIGHTS`).
+        pub fn transposed(mut self) -> Self {
+            self.transposed_weights = true;
+            self
+        }
+
+        /// Forces a dot-product instruction set (supported by this CPU, with a kernel for
+        /// this operator kind).
+        pub fn with_isa(mut self, isa: DotIsa) -> Self {
+            self.isa = Some(isa);
+            self
+        }
+    };
+}
+pub(crate) use desc_builders;
