@@ -15,8 +15,12 @@
 //! 7. with XNNPACK installed (`/usr/include/xnnpack.h`, Debian's `libxnnpack-dev`): the layout
 //!    test against `struct xnn_allocator`, then the XNNPACK example in both modes, each run
 //!    `--xnnpack-runs` times (default 50) in a fresh process with glibc's `MALLOC_PERTURB_`
-//!    set (freed memory scribbled). Without it those parts print
-//!    "skipped: libxnnpack-dev not installed" — except when `CI` is set (and not `false`):
+//!    set (freed memory scribbled); then the guarded example (`xnnpack_guarded.c`) with
+//!    `KEEPALLOC_SCRIBBLE=guard:1/1,stacks:both`: odd shapes on exact-size guarded blocks
+//!    (XNNPACK's over-reads must not report), a use after `xnn_delete_operator` (must be a
+//!    `guard-use-after-free`, exit 19, freed by `xnn_delete_operator`), and that use without
+//!    `KEEPALLOC_SCRIBBLE` (the negative control: it must not report). Without XNNPACK those
+//!    parts print "skipped: libxnnpack-dev not installed" — except when `CI` is set (and not `false`):
 //!    then a missing XNNPACK is an error, so CI cannot skip them silently.
 //!
 //! The same foundation tests also run under `cargo test -p keepalloc`
@@ -37,7 +41,8 @@ usage: cargo xtask c-test [--xnnpack-runs N]
 Builds target/release/libkeepalloc.a and runs keepalloc's C and C++ tests against it:
 the header in every C/C++ standard, the foundation C tests (one process each), the negative
 controls they must catch, the C++17 RAII example, and (when libxnnpack-dev is installed) the
-layout test and the XNNPACK example in both modes, N fresh processes each with MALLOC_PERTURB_.
+layout test and the XNNPACK example in both modes, N fresh processes each with MALLOC_PERTURB_,
+then the guarded XNNPACK example (KEEPALLOC_SCRIBBLE=guard:1/1,stacks:both) and its control.
 
 options:
   --xnnpack-runs N   fresh processes per XNNPACK mode (default 50; 0 skips the loop)
@@ -469,7 +474,115 @@ fn xnnpack(ctx: &Ctx, include: &Path, runs: u32) -> Result<(), String> {
             outcome.reason()
         );
     }
+
+    guarded(ctx, include, &out_dir)
+}
+
+/// The Scribble setting of the guarded XNNPACK example: every block guarded, both stacks.
+const GUARD_SPEC: &str = "guard:1/1,stacks:both";
+
+/// The guarded XNNPACK example (`xnnpack_guarded.c`): XNNPACK's over-reads on exact-size
+/// blocks never report; a use of a deleted operator is a `guard-use-after-free` (exit 19) whose
+/// free stack names `xnn_delete_operator`; and without `KEEPALLOC_SCRIBBLE` (the negative
+/// control, plain system backend) nothing reports that use.
+fn guarded(ctx: &Ctx, include: &Path, out_dir: &Path) -> Result<(), String> {
+    println!("c-test: XNNPACK on a guarded table (KEEPALLOC_SCRIBBLE={GUARD_SPEC})");
+    let bin = out_dir.join("xnnpack_guarded");
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![ctx.dirs.examples().join("xnnpack_guarded.c")],
+            defines: vec![],
+            includes: vec![include.to_path_buf()],
+            link: xnnpack_link(ctx),
+            out: bin.clone(),
+        },
+    )?;
+    let guard = Some(GUARD_SPEC);
+
+    // 1. Odd shapes on exact-size guarded blocks: must pass, no report.
+    let outcome = run_guarded(&bin, "shapes", guard)?;
+    if !outcome.passed {
+        return Err(outcome.describe(&format!(
+            "xnnpack_guarded shapes (KEEPALLOC_SCRIBBLE={GUARD_SPEC})"
+        )));
+    }
+    print_indented(&outcome.stdout);
+
+    // 2. A use after xnn_delete_operator: exit 19 and the report, freed by
+    // xnn_delete_operator. Anything else (another exit, a plain SIGSEGV, a timeout) is no catch.
+    let what = format!("xnnpack_guarded use-after-delete (KEEPALLOC_SCRIBBLE={GUARD_SPEC})");
+    let outcome = run_guarded(&bin, "use-after-delete", guard)?;
+    if !use_after_delete_reported(&outcome) {
+        return Err(format!(
+            "{what} was not reported as a guard-use-after-free of a block freed by \
+             xnn_delete_operator (expected exit status 19 and that report on stderr), got {}\n{}",
+            outcome.reason(),
+            outcome.describe(&what)
+        ));
+    }
+    let first = outcome
+        .stderr
+        .lines()
+        .find(|line| line.contains("ERROR: keepalloc-scribble"))
+        .unwrap_or_default();
+    println!(
+        "  xnnpack_guarded use-after-delete: reported as it must (exit 19, freed by \
+         xnn_delete_operator): {first}"
+    );
+
+    // 3. Its negative control: the same program on the plain system backend. It may crash or
+    // silently read the freed operator; it must not report (only guard mode makes the report).
+    let what = "xnnpack_guarded use-after-delete without KEEPALLOC_SCRIBBLE";
+    let outcome = run_guarded(&bin, "use-after-delete", None)?;
+    if outcome.timed_out
+        || outcome.code == Some(19)
+        || outcome.stderr.contains("guard-use-after-free")
+        || outcome.stderr.contains("keepalloc-scribble")
+        || !outcome.stdout.contains("scribble 0")
+    {
+        return Err(format!(
+            "{what} (the negative control, plain system backend) must run without Scribble \
+             and must not report a guard-use-after-free; got {}\n{}",
+            outcome.reason(),
+            outcome.describe(what)
+        ));
+    }
+    println!(
+        "  control: {what} (system backend): not reported, as it must: {}",
+        outcome.reason()
+    );
     Ok(())
+}
+
+/// Runs the guarded example in `mode` with `KEEPALLOC_SCRIBBLE` set to `scribble`, or unset
+/// (and without `MALLOC_PERTURB_`, so the control sees glibc's plain free), within
+/// [`ctools::CONTROL_TIMEOUT`].
+fn run_guarded(bin: &Path, mode: &str, scribble: Option<&str>) -> Result<ctools::Outcome, String> {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg(mode).env_remove("MALLOC_PERTURB_");
+    match scribble {
+        Some(spec) => cmd.env("KEEPALLOC_SCRIBBLE", spec),
+        None => cmd.env_remove("KEEPALLOC_SCRIBBLE"),
+    };
+    ctools::run_command_with_timeout(cmd, ctools::CONTROL_TIMEOUT)
+}
+
+/// The signature of the use after delete in guard mode: exit status 19, a
+/// `guard-use-after-free` report, and a `freed by` stack with `xnn_delete_operator` in it.
+fn use_after_delete_reported(outcome: &ctools::Outcome) -> bool {
+    if outcome.timed_out || outcome.signal.is_some() || outcome.code != Some(19) {
+        return false;
+    }
+    if !outcome.stderr.contains("guard-use-after-free") {
+        return false;
+    }
+    let mut lines = outcome.stderr.lines();
+    lines.any(|line| line.starts_with("freed by "))
+        && lines
+            .take_while(|line| line.trim_start().starts_with('#'))
+            .any(|frame| frame.contains("xnn_delete_operator"))
 }
 
 fn run_example(bin: &Path, mode: &str, env: &[(&str, &str)]) -> Result<ctools::Outcome, String> {

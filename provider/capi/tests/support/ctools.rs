@@ -717,8 +717,15 @@ pub fn run_with_timeout(
     limit: Duration,
 ) -> Result<Outcome, String> {
     let mut cmd = Command::new(bin);
-    cmd.envs(env.iter().copied())
-        .stdin(Stdio::null())
+    cmd.envs(env.iter().copied());
+    run_command_with_timeout(cmd, limit)
+}
+
+/// Runs `cmd` (its program, arguments and environment as given) like [`run_with_timeout`].
+pub fn run_command_with_timeout(mut cmd: Command, limit: Duration) -> Result<Outcome, String> {
+    let bin = PathBuf::from(cmd.get_program());
+    let bin = bin.as_path();
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     #[cfg(unix)]
