@@ -590,3 +590,33 @@ impl TableAllocator<'_> {
         Ok(fresh)
     }
 }
+
+#[cfg(test)]
+mod cookie_tests {
+    use super::*;
+
+    /// Two owners whose addresses differ in any one bit get different cookies, so a block
+    /// freed through the wrong table is always told apart (the cookie is a bijection of the
+    /// address above the tag byte).
+    #[test]
+    fn cookies_of_contexts_one_bit_apart_differ() {
+        for base in [0x5555_5555_5000usize, 0x7f12_3456_7890, 0x1000] {
+            for bit in 0..usize::BITS - 1 {
+                let a = base as *mut c_void;
+                let b = (base ^ (1 << bit)) as *mut c_void;
+                assert_ne!(cookie(a), cookie(b), "base {base:#x}, bit {bit}");
+                assert_eq!(cookie(a) & 0xff, 0, "the tag byte stays free");
+            }
+        }
+    }
+
+    #[test]
+    fn a_tag_keeps_the_cookie_and_the_alignment() {
+        let ctx = 0x7f00_dead_b000usize as *mut c_void;
+        for shift in 0..13 {
+            let t = tag(ctx, 1 << shift);
+            assert_eq!(t & !0xff, cookie(ctx));
+            assert_eq!(t & 0xff, shift);
+        }
+    }
+}
