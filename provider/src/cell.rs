@@ -356,10 +356,11 @@ impl<T> KeepCell<T> {
 
 #[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
 impl<T> KeepCell<T> {
-    /// Builds a new owner over the existing one, at the same address.
+    /// Builds a new owner over the existing one, at the same address, when `attempts` says
+    /// this is a retry.
     #[doc(hidden)]
-    pub fn mutant_rebuild<E>(&self, make_owner: impl FnOnce() -> Result<T, E>) {
-        if !self.has_owner.load(Ordering::Acquire) {
+    pub fn mutant_rebuild<E>(&self, attempts: u64, make_owner: impl FnOnce() -> Result<T, E>) {
+        if attempts <= 1 || !self.has_owner.load(Ordering::Acquire) {
             return;
         }
         if let Ok(owner) = make_owner() {

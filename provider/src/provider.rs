@@ -397,9 +397,11 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
             // `--cfg keepalloc_cell_mutant="rebuild_in_place"` a retried hook first rebuilds
             // the owner in place (never in a default build).
             #[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
-            if once.stats().init_attempts > 1 {
+            {
                 let make_backend = self.make_backend;
-                self.cell.mutant_rebuild(|| make_backend().map(Owner::new));
+                self.cell.mutant_rebuild(once.stats().init_attempts, || {
+                    make_backend().map(Owner::new)
+                });
             }
             init(handle.table()).map_err(ProviderError::InitFailed)
         })?;

@@ -1,10 +1,11 @@
 //! What a `fork()` child handler and a diagnostic read: whether an attempt is running now,
 //! and what `after_fork_in_child` makes of attempts other threads were running.
 
-use std::sync::Barrier;
+use std::sync::{Barrier, LazyLock, mpsc};
+use std::time::Duration;
 
 use keepalloc_allocators::System;
-use keepalloc_provider::{GlobalProvider, KeepCell, LibraryOnce, ProviderError};
+use keepalloc_provider::{GlobalProvider, HookRan, KeepCell, LibraryOnce, ProviderError};
 
 #[test]
 fn a_cell_says_running_exactly_inside_an_attempt() {
@@ -51,37 +52,55 @@ fn a_library_once_says_running_only_inside_its_hook_and_debug_says_its_state() {
 }
 
 static FORKED: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+static INSIDE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
+static RELEASE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
 
 /// `after_fork_in_child` called while another thread is inside a library's hook (what a
 /// fork in the middle of that hook leaves the child with): that library's attempt is
-/// orphaned and reported, never waited for; the other libraries, and a library whose hook
-/// was not running, are unaffected.
+/// orphaned and reported, never waited for; the owner, an initialized library and a library
+/// whose hook was not running are unaffected. The orphaned call runs on its own thread and
+/// a broken provider that waits for the orphaned attempt is reported after a minute instead
+/// of hanging the test run (a deadlock bound, not a timing measurement).
 #[test]
 fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
-    let inside = Barrier::new(2);
-    let release = Barrier::new(2);
-    std::thread::scope(|s| {
-        let hook = s.spawn(|| {
-            FORKED.acquire_library("busy", |_| {
-                inside.wait();
-                release.wait();
-                Ok(())
-            })
-        });
-        inside.wait();
-        FORKED.after_fork_in_child();
-        let orphaned = FORKED.acquire_library("busy", |_| Ok(()));
-        assert!(
-            matches!(orphaned, Err(ProviderError::OrphanedByFork { .. })),
-            "{orphaned:?}"
-        );
-        let (_, ran) = FORKED
-            .acquire_library("idle", |_| Ok(()))
-            .expect("a library whose hook was not running is unaffected");
-        assert_eq!(ran, keepalloc_provider::HookRan::Ran);
-        release.wait();
-        hook.join()
-            .unwrap()
-            .expect("the parent's own hook finishes");
+    // Give the busy library a slot above 1, so its bit is not the owner's.
+    for name in ["first", "second"] {
+        FORKED.acquire_library(name, |_| Ok(())).unwrap();
+    }
+    let hook = std::thread::spawn(|| {
+        FORKED.acquire_library("busy", |_| {
+            INSIDE.wait();
+            RELEASE.wait();
+            Ok(())
+        })
     });
+    INSIDE.wait();
+    FORKED.after_fork_in_child();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            FORKED
+                .acquire_library("busy", |_| Ok(()))
+                .map(|(_, ran)| ran),
+        );
+    });
+    let orphaned = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the child waited for an attempt whose thread does not exist");
+    assert!(
+        matches!(orphaned, Err(ProviderError::OrphanedByFork { ref library }) if library == "busy"),
+        "{orphaned:?}"
+    );
+    let (_, ran) = FORKED
+        .acquire_library("first", |_| panic!("initialized before the fork"))
+        .expect("an initialized library is unaffected");
+    assert_eq!(ran, HookRan::AlreadyInitialized);
+    let (_, ran) = FORKED
+        .acquire_library("idle", |_| Ok(()))
+        .expect("a library whose hook was not running is unaffected");
+    assert_eq!(ran, HookRan::Ran);
+    RELEASE.wait();
+    hook.join()
+        .unwrap()
+        .expect("the parent's own hook finishes");
 }
