@@ -133,8 +133,24 @@ fn bad_names_are_typed_errors_and_register_nothing() {
     assert_eq!(GLOBAL.stats().owners_constructed, 1);
 }
 
+/// Runs `f` on its own thread and fails if it has not returned within a bound far beyond
+/// any uncontended call (a deadlock detector, not a timing measurement): a broken re-entry
+/// check deadlocks, and the test must then fail, not hang the run.
+fn without_deadlock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("deadlocked: a re-entering call waited for its own attempt")
+}
+
 #[test]
 fn reentering_its_own_library_is_an_error_not_a_deadlock() {
+    without_deadlock(reentering_body);
+}
+
+fn reentering_body() {
     static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
     let mut inner = None;
     let mut other = None;

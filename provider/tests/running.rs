@@ -59,8 +59,8 @@ static RELEASE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
 /// fork in the middle of that hook leaves the child with): that library's attempt is
 /// orphaned and reported, never waited for; the owner, an initialized library and a library
 /// whose hook was not running are unaffected. The orphaned call runs on its own thread and
-/// a broken provider that waits for the orphaned attempt is reported after a minute instead
-/// of hanging the test run (a deadlock bound, not a timing measurement).
+/// a broken provider that waits for the orphaned attempt is reported after 10 s instead of
+/// hanging the test run (a deadlock bound, not a timing measurement).
 #[test]
 fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
     // Give the busy library a slot above 1, so its bit is not the owner's.
@@ -85,7 +85,7 @@ fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
         );
     });
     let orphaned = rx
-        .recv_timeout(Duration::from_secs(60))
+        .recv_timeout(Duration::from_secs(10))
         .expect("the child waited for an attempt whose thread does not exist");
     assert!(
         matches!(orphaned, Err(ProviderError::OrphanedByFork { ref library }) if library == "busy"),
