@@ -36,7 +36,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .arg(root.join("runtimes/xnnpack/include"))
             .arg(root.join("runtimes/xnnpack/c/adoption.c"))
             .arg(root.join("target/release/libkeepalloc.a"))
-            .args(["-lpthread", "-ldl", "-lm", "-o"])
+            // libkeepalloc.a's C++ hook trampoline needs the C++ runtime.
+            .args(["-lpthread", "-ldl", "-lm", "-lstdc++", "-o"])
             .arg(&exe),
     )?;
     let mut cases: Vec<Vec<String>> = Vec::new();
