@@ -40,6 +40,7 @@ fn reallocating_another_owners_block_fails_and_keeps_it() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "spawns a child process, which Miri cannot do")]
 fn freeing_another_owners_block_aborts_with_a_message() {
     if std::env::var_os(CHILD).is_some() {
         let (a, c) = (
