@@ -85,7 +85,7 @@ fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
         );
     });
     let orphaned = rx
-        .recv_timeout(Duration::from_secs(10))
+        .recv_timeout(Duration::from_secs(if cfg!(miri) { 600 } else { 10 }))
         .expect("the child waited for an attempt whose thread does not exist");
     assert!(
         matches!(orphaned, Err(ProviderError::OrphanedByFork { ref library }) if library == "busy"),
