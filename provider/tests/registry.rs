@@ -81,3 +81,37 @@ fn the_registry_is_bounded_and_keeps_every_name_apart() {
     assert_eq!(ran, HookRan::Ran);
     assert!(FULL.is_initialized(keepalloc_provider::DEFAULT_LIBRARY));
 }
+
+static RACED: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+
+/// Threads that ask for the same new name at once all get its one once: the hook runs once
+/// per name, however the lock-free lookup and the locked registration interleave.
+#[test]
+fn a_new_name_raced_by_many_threads_is_registered_once() {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const THREADS: usize = 32;
+    for round in 0..(MAX_LIBRARIES - 1) {
+        let name = format!("raced-{round}");
+        let runs = AtomicUsize::new(0);
+        let gate = Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    gate.wait();
+                    RACED
+                        .acquire_library(&name, |_| {
+                            runs.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        })
+                        .unwrap();
+                });
+            }
+        });
+        assert_eq!(
+            runs.load(Ordering::Relaxed),
+            1,
+            "{name}'s hook ran more than once"
+        );
+    }
+}

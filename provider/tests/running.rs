@@ -104,3 +104,52 @@ fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
         .unwrap()
         .expect("the parent's own hook finishes");
 }
+
+static CLEAN: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+
+/// A fork while nothing runs orphans nothing: the child publishes and initializes as usual.
+#[test]
+fn after_fork_with_nothing_running_orphans_nothing() {
+    CLEAN.after_fork_in_child();
+    CLEAN
+        .publish()
+        .expect("no attempt was running: the owner can be built");
+    let (_, ran) = CLEAN.acquire_library("fresh", |_| Ok(())).unwrap();
+    assert_eq!(ran, HookRan::Ran);
+}
+
+static BUILD_INSIDE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
+static BUILD_RELEASE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
+
+fn slow_system() -> Result<System, allocator_api2::alloc::AllocError> {
+    BUILD_INSIDE.wait();
+    BUILD_RELEASE.wait();
+    Ok(System)
+}
+
+static BUILDING: GlobalProvider<System> = GlobalProvider::new(slow_system, None);
+
+/// A fork while another thread constructs the owner: the child's publish reports the
+/// orphaned construction instead of waiting for a thread it does not have.
+#[test]
+fn after_fork_during_the_owners_construction_reports_it() {
+    let builder = std::thread::spawn(|| BUILDING.publish().map(|_| ()));
+    BUILD_INSIDE.wait();
+    BUILDING.after_fork_in_child();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(BUILDING.publish().map(|_| ()));
+    });
+    let orphaned = rx
+        .recv_timeout(Duration::from_secs(if cfg!(miri) { 600 } else { 10 }))
+        .expect("the child waited for an owner construction whose thread does not exist");
+    assert!(
+        matches!(orphaned, Err(ProviderError::OrphanedByFork { .. })),
+        "{orphaned:?}"
+    );
+    BUILD_RELEASE.wait();
+    builder
+        .join()
+        .unwrap()
+        .expect("the parent's construction finishes");
+}
