@@ -235,8 +235,7 @@ fn table_layout_matches_xnn_allocator() {
     // them with the accessors, slot by slot (the `xnn_allocator` order).
     static BACKEND: Counting<System> = Counting::new(System);
     let table = AllocatorTable::for_allocator(&BACKEND);
-    // SAFETY: the table is six pointer-sized words (checked above); reading them as `usize`
-    // reads initialised pointer bits.
+    // SAFETY: the table is six pointer-sized words (checked above); reading them as `usize` reads initialised pointer bits.
     let words: [usize; 6] = unsafe { core::mem::transmute_copy(&table) };
     let (context, allocate, reallocate, deallocate, aligned_allocate, aligned_deallocate) =
         table.raw_parts();

@@ -19,8 +19,7 @@ fn reallocating_another_owners_block_fails_and_keeps_it() {
         AllocatorTable::for_allocator(&A),
         AllocatorTable::for_allocator(&B),
     );
-    // SAFETY: tables from `for_allocator` keep the contract; every block is freed through the
-    // table of its own owner.
+    // SAFETY: tables from `for_allocator` keep the contract; every block is freed through the table of its own owner.
     unsafe {
         let p = a.allocate().unwrap()(a.context(), 100).cast::<u8>();
         assert!(!p.is_null());
@@ -47,8 +46,7 @@ fn freeing_another_owners_block_aborts_with_a_message() {
             AllocatorTable::for_allocator(&A),
             AllocatorTable::for_allocator(&C),
         );
-        // SAFETY: deliberately wrong: the block is A's and is freed through C's table, which
-        // must detect it (the test is that it aborts before touching C's heap).
+        // SAFETY: deliberately wrong: the block is A's and is freed through C's table, which must detect it (the test is that it aborts before touching C's heap).
         unsafe {
             let p = a.allocate().unwrap()(a.context(), 64);
             c.deallocate().unwrap()(c.context(), p);

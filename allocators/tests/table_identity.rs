@@ -30,8 +30,7 @@ unsafe fn changed(
 
 /// The table with one of its six slots changed: slot 0 is the context, 1..=5 the functions.
 fn with_slot_changed(table: AllocatorTable, slot: usize) -> AllocatorTable {
-    // SAFETY: slots are only emptied, and the context is only replaced by `B`, a
-    // `Counting<System>` like the `A` the functions were built for.
+    // SAFETY: slots are only emptied, and the context is only replaced by `B`, a `Counting<System>` like the `A` the functions were built for.
     unsafe {
         changed(table, |t| match slot {
             0 => t.0 = &B as *const Counting<System> as *mut _,

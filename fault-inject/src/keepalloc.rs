@@ -47,8 +47,7 @@ impl<A> Witnessed<A> {
 
     #[inline]
     fn check(&self) {
-        // SAFETY: `&self` is readable; a slot rebuilt or dropped in place (the bugs this
-        // exists to find) is still readable memory of the provider's static.
+        // SAFETY: `&self` is readable; a slot rebuilt or dropped in place (the bugs this exists to find) is still readable memory of the provider's static.
         unsafe { witness::check(&self.witness, size_of::<Self>()) };
     }
 }

@@ -167,9 +167,7 @@ impl FullyConnectedBf16F32 {
             max: c.max,
             rows: core::ptr::null(),
         };
-        // SAFETY: the slices hold `batch` rows at their strides (checked above), the output
-        // is borrowed mutably, the block was packed for (kind, isa) by `create`, which
-        // checked the ISA.
+        // SAFETY: the slices hold `batch` rows at their strides (checked above), the output is borrowed mutably, the block was packed for (kind, isa) by `create`, which checked the ISA.
         unsafe { lowp::run(&job) };
         Ok(())
     }

@@ -227,8 +227,7 @@ impl FullyConnectedQd8F32Qc8w {
         let ws = &mut workspace[skip..];
         let params_bytes = (batch * size_of::<RowQuant>()).next_multiple_of(ALIGNMENT);
         let rows = ws.as_mut_ptr().cast::<RowQuant>();
-        // SAFETY: `ws` holds at least `params_bytes + batch * row_bytes` bytes (checked
-        // against workspace_size, which includes the alignment slack).
+        // SAFETY: `ws` holds at least `params_bytes + batch * row_bytes` bytes (checked against workspace_size, which includes the alignment slack).
         let a = unsafe { ws.as_mut_ptr().add(params_bytes) };
         let lda = self.row_bytes();
         // The input holds `batch` rows of K floats at its stride (checked); the workspace
@@ -262,9 +261,7 @@ impl FullyConnectedQd8F32Qc8w {
             max: c.max,
             rows,
         };
-        // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their
-        // parameters were just written; the output holds `batch` rows (checked); the block
-        // was packed for (kind, isa) by `create`.
+        // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their parameters were just written; the output holds `batch` rows (checked); the block was packed for (kind, isa) by `create`.
         unsafe { lowp::run(&job) };
         Ok(())
     }

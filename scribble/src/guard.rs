@@ -215,8 +215,7 @@ pub(crate) fn map(
         GuardAlign::Right => (data + data_len - slack - size) & !(align - 1),
         GuardAlign::Left => data,
     };
-    // SAFETY: the data pages are mapped readable and writable and belong to this block alone;
-    // `data <= user` and `user + size <= data + data_len`.
+    // SAFETY: the data pages are mapped readable and writable and belong to this block alone; `data <= user` and `user + size <= data + data_len`.
     unsafe {
         let p = data as *mut u8;
         p.write_bytes(slack_fill, user - data);
@@ -267,8 +266,7 @@ pub(crate) fn retire(slot: usize, freed: Option<&Stack>) {
     STACKS[slot].freed.store(freed);
     HEADS[slot].state.store(FREED, Ordering::Release);
     let (start, end) = data_range(slot);
-    // SAFETY: the data pages of this slot's mapping, which only this allocator uses; the
-    // block was freed by its user, so nobody may touch them any more (that is the point).
+    // SAFETY: the data pages of this slot's mapping, which only this allocator uses; the block was freed by its user, so nobody may touch them any more (that is the point).
     unsafe {
         libc::mprotect(start as *mut libc::c_void, end - start, libc::PROT_NONE);
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
@@ -326,8 +324,7 @@ fn install_handler() {
     INSTALL.call_once(|| {
         map_report_stack();
         for (i, &sig) in SIGNALS.iter().enumerate() {
-            // SAFETY: `OLD` is written here only, before the handler that reads it exists;
-            // `action` is a fully initialized sigaction (zeroed, then the fields we use).
+            // SAFETY: `OLD` is written here only, before the handler that reads it exists; `action` is a fully initialized sigaction (zeroed, then the fields we use).
             unsafe {
                 let old = (*OLD.0.get())[i].as_mut_ptr();
                 libc::sigaction(sig, core::ptr::null(), old);
@@ -498,8 +495,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, context: *m
     job.frames[..captured.len()].copy_from_slice(captured);
     // Symbolizing and formatting need far more stack than a thread's alternate signal stack
     // may have (Rust gives its threads 8 KiB): run them on the report stack.
-    // SAFETY: `job` outlives the call; the report stack is used by one thread only (the one
-    // that set `REPORTING`).
+    // SAFETY: `job` outlives the call; the report stack is used by one thread only (the one that set `REPORTING`).
     unsafe { on_report_stack(finish_report, (&mut job as *mut ReportJob).cast()) };
     // `finish_report` ends the process; reaching this line would mean a hook returned.
     // SAFETY: abort has no preconditions.
@@ -533,9 +529,8 @@ extern "C" fn finish_report(job: *mut libc::c_void) {
         )),
         fault: Some((job.address, job.sig)),
     };
-    // SAFETY: `fatal` was stored from a `FatalFn` when the slot was filled (Release on
-    // `state`, Acquire in `find`).
     let fatal: FatalFn =
+        // SAFETY: `fatal` was stored from a `FatalFn` when the slot was filled (Release on `state`, Acquire in `find`).
         unsafe { core::mem::transmute::<usize, FatalFn>(head.fatal.load(Ordering::Relaxed)) };
     fatal(&report)
 }
@@ -575,9 +570,7 @@ unsafe fn on_report_stack(f: extern "C" fn(*mut libc::c_void), arg: *mut libc::c
         f(arg);
         return;
     }
-    // SAFETY: `top` is the 16-byte-aligned top of a mapped, otherwise unused stack; the
-    // current stack pointer is kept in callee-saved r12 across the call and restored after
-    // it; the call follows the C ABI (`clobber_abi`).
+    // SAFETY: `top` is the 16-byte-aligned top of a mapped, otherwise unused stack; the current stack pointer is kept in callee-saved r12 across the call and restored after it; the call follows the C ABI (`clobber_abi`).
     unsafe {
         core::arch::asm!(
             "mov r12, rsp",
@@ -621,8 +614,8 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc
             libc::sigaction(sig, &default, core::ptr::null_mut());
         }
     } else if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: with SA_SIGINFO, `sa_sigaction` is a three-argument handler.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            // SAFETY: with SA_SIGINFO, `sa_sigaction` is a three-argument handler.
             unsafe { core::mem::transmute(handler) };
         f(sig, info, context);
     } else {
@@ -650,8 +643,7 @@ impl Drop for AltStack {
             return;
         }
         let page = page_size();
-        // SAFETY: the query writes `current`; disabling is done only when the installed
-        // stack is still ours; then our mapping is unmapped once.
+        // SAFETY: the query writes `current`; disabling is done only when the installed stack is still ours; then our mapping is unmapped once.
         unsafe {
             let mut current: libc::stack_t = core::mem::zeroed();
             libc::sigaltstack(core::ptr::null(), &mut current);
@@ -679,8 +671,7 @@ pub(crate) fn ensure_alt_stack() {
         if alt.base.get() != 0 {
             return;
         }
-        // SAFETY: queries and installs the calling thread's alternate stack; the new one is
-        // a fresh mapping that lives until the thread ends (`AltStack::drop`).
+        // SAFETY: queries and installs the calling thread's alternate stack; the new one is a fresh mapping that lives until the thread ends (`AltStack::drop`).
         unsafe {
             let mut current: libc::stack_t = core::mem::zeroed();
             libc::sigaltstack(core::ptr::null(), &mut current);

@@ -518,8 +518,7 @@ impl<A: Allocator, H: ScribbleHooks> Scribble<A, H> {
             s.stats.allocations += 1;
             s.stats.guarded_allocations += 1;
         }
-        // SAFETY: `user` is inside a fresh readable, writable mapping with `size` bytes from
-        // it, and is not null.
+        // SAFETY: `user` is inside a fresh readable, writable mapping with `size` bytes from it, and is not null.
         let user = unsafe { NonNull::new_unchecked(mapped.user as *mut u8) };
         Some(NonNull::slice_from_raw_parts(user, layout.size()))
     }

@@ -31,9 +31,7 @@ pub(crate) fn capture_into(out: &mut [usize]) -> usize {
     if out.is_empty() {
         return 0;
     }
-    // SAFETY: `trace_unsynchronized` is unsafe only because, on some platforms (Windows'
-    // dbghelp), unwinding is not thread-safe; on the Unix targets this crate builds for it
-    // is libgcc's `_Unwind_Backtrace`, which is. The callback only writes into `out`.
+    // SAFETY: `trace_unsynchronized` is unsafe only because, on some platforms (Windows' dbghelp), unwinding is not thread-safe; on the Unix targets this crate builds for it is libgcc's `_Unwind_Backtrace`, which is. The callback only writes into `out`.
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
             out[n] = frame.ip() as usize;

@@ -43,8 +43,7 @@ fn describe(out: &Output) -> String {
 
 #[inline(never)]
 fn read_freed_byte(p: *const u8) -> u8 {
-    // SAFETY: none: this is the bug under test (a read of a freed block). In scribble mode
-    // the block is still mapped (in quarantine); in guard-page mode the read faults.
+    // SAFETY: none: this is the bug under test (a read of a freed block). In scribble mode the block is still mapped (in quarantine); in guard-page mode the read faults.
     unsafe { p.read_volatile() }
 }
 

@@ -96,8 +96,7 @@ fn guarded_blocks_report_writes_into_the_slack_and_double_frees_at_free() {
     let heap = heap("guard:1/1,stacks:both");
     let layout = Layout::from_size_align(32, 16).unwrap();
     let p = heap.allocate(layout).unwrap().cast::<u8>();
-    // SAFETY: the slack after a live right-aligned block is readable and writable (the write
-    // is the bug); then the block is freed twice (the second free is the bug).
+    // SAFETY: the slack after a live right-aligned block is readable and writable (the write is the bug); then the block is freed twice (the second free is the bug).
     unsafe {
         p.as_ptr().add(32 + 3).write(7);
         heap.deallocate(p, layout);

@@ -120,9 +120,7 @@ fn fully_connected(heap: &Scribble<System>, xnn: &Xnn, input: usize, output: usi
         *v = value(i, 1);
     }
     let mut op: *mut c_void = core::ptr::null_mut();
-    // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer; x
-    // holds batch*input floats followed by the guarded block's 16 readable bytes of slack
-    // (XNN_EXTRA_BYTES), y batch*output floats.
+    // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer; x holds batch*input floats followed by the guarded block's 16 readable bytes of slack (XNN_EXTRA_BYTES), y batch*output floats.
     unsafe {
         let status = (xnn.create_fc)(
             input,

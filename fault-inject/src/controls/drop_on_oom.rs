@@ -64,8 +64,8 @@ impl Subject for DropOnOom {
                     );
                     STORED.store(owner, Ordering::Release);
                 }
-                // SAFETY: `owner` lives in OWNER_HEAP (this control may drop it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
                 let table: &'static AllocatorTable =
+                    // SAFETY: `owner` lives in OWNER_HEAP (this control may drop it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
                     Box::leak(Box::new(unsafe { CanaryOwner::table(owner) }));
                 planned_initialize(table, Reinit::LikeXnnpack).map_err(|e| e.to_string())?;
                 *published = Some(table);

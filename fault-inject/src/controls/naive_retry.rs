@@ -58,8 +58,8 @@ impl Subject for NaiveRetry {
             let owner = CanaryOwner::try_boxed().map_err(|e| e.to_string())?;
             // Each attempt publishes a table for its own owner (leaked: a few words per
             // attempt, so that the `&'static` the library is given stays valid).
-            // SAFETY: `owner` lives in OWNER_HEAP (this control drops it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
             let table: &'static AllocatorTable =
+                // SAFETY: `owner` lives in OWNER_HEAP (this control drops it later: that is the bug it reproduces); the canary callbacks report a dead owner as a finding.
                 Box::leak(Box::new(unsafe { CanaryOwner::table(&*owner) }));
             planned_initialize(table, Reinit::LikeXnnpack).map_err(|e| e.to_string())?;
             Ok::<_, String>((owner, table))

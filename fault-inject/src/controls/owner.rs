@@ -72,9 +72,7 @@ impl CanaryOwner {
     /// `owner` is a `CanaryOwner` from [`OWNER_HEAP`] (live or in quarantine: the callbacks
     /// judge it, which is the point) for as long as the table can be called through.
     pub const unsafe fn table(owner: *const CanaryOwner) -> AllocatorTable {
-        // SAFETY: the canary callbacks keep the table contract for an owner from OWNER_HEAP
-        // (they forward to its heap's table after checking its witness), which the caller
-        // promises `owner` is.
+        // SAFETY: the canary callbacks keep the table contract for an owner from OWNER_HEAP (they forward to its heap's table after checking its witness), which the caller promises `owner` is.
         unsafe {
             AllocatorTable::from_raw_parts(
                 owner as *mut c_void,
@@ -137,8 +135,8 @@ unsafe extern "C" fn canary_aligned_allocate(
 ) -> *mut c_void {
     // SAFETY: as in `canary_allocate`.
     let o = unsafe { owner(context) };
-    // SAFETY: the owner's heap table is a `for_allocator` table.
     let p =
+        // SAFETY: the owner's heap table is a `for_allocator` table.
         unsafe { o.heap.aligned_allocate().expect("complete")(o.heap.context(), alignment, size) };
     after(context, o, p)
 }

@@ -35,9 +35,8 @@ struct SharedTable(UnsafeCell<AllocatorTable>);
 // the library's copy of the table can still race with a writer, which is the bug reproduced.
 unsafe impl Sync for SharedTable {}
 
-// SAFETY: the context is NULL only until the first caller stores an owner from OWNER_HEAP into
-// it (below), before anything calls through the table.
 static TABLE: SharedTable =
+    // SAFETY: the context is NULL only until the first caller stores an owner from OWNER_HEAP into it (below), before anything calls through the table.
     SharedTable(UnsafeCell::new(unsafe { CanaryOwner::table(ptr::null()) }));
 
 /// The racy provider as a [`Subject`]. Sessions carry nothing: the original provider's
@@ -83,8 +82,7 @@ impl Subject for Racy {
             owner: owner as usize,
             context: owner as usize,
             table,
-            // SAFETY: `owner` came from `STORED`: an owner of OWNER_HEAP, live or (the bug)
-            // freed into its quarantine.
+            // SAFETY: `owner` came from `STORED`: an owner of OWNER_HEAP, live or (the bug) freed into its quarantine.
             serial: unsafe { serial_at(owner) },
         })
     }

@@ -250,8 +250,7 @@ impl Xnn {
     /// Loads the library at `path` into a new link-map namespace.
     pub fn load(path: &Path) -> Result<&'static Xnn, String> {
         let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: a NUL-terminated path; loading runs the library's constructors (ExecuTorch's
-        // call xnn_initialize(NULL)).
+        // SAFETY: a NUL-terminated path; loading runs the library's constructors (ExecuTorch's call xnn_initialize(NULL)).
         let handle = unsafe { dlmopen(LM_ID_NEWLM, name.as_ptr(), RTLD_NOW) };
         if handle.is_null() {
             // SAFETY: dlerror returns NULL or a NUL-terminated message.
@@ -278,8 +277,7 @@ impl Xnn {
         {
             return Err(format!("{} predates the 2026-03 xnnpack.h", path.display()));
         }
-        // SAFETY: each symbol has the signature quoted in the module docs (checked against
-        // the header of the library's generation), which is the type it is stored as.
+        // SAFETY: each symbol has the signature quoted in the module docs (checked against the header of the library's generation), which is the type it is stored as.
         unsafe {
             Ok(Box::leak(Box::new(Xnn {
                 path: path.to_path_buf(),
@@ -332,8 +330,7 @@ impl Drop for Operator {
 
 impl Operator {
     fn run(&self) -> Result<(), String> {
-        // SAFETY: the operator was reshaped and set up on buffers that are still alive
-        // (every caller below sets up right before running).
+        // SAFETY: the operator was reshaped and set up on buffers that are still alive (every caller below sets up right before running).
         check("xnn_run_operator", unsafe {
             (self.xnn.run)(self.op, core::ptr::null_mut())
         })
@@ -517,8 +514,7 @@ impl Qd8Fc {
     pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
         let g = self.g;
         assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
-        // SAFETY: the buffers hold what the reshaped operators read and write (sizes
-        // asserted or allocated for `g`), and stay alive across the runs below.
+        // SAFETY: the buffers hold what the reshaped operators read and write (sizes asserted or allocated for `g`), and stay alive across the runs below.
         unsafe {
             check(
                 "setup convert f32_qd8",
@@ -544,8 +540,7 @@ impl Qd8Fc {
         y: &mut [f32],
     ) -> Result<(), String> {
         assert!(y.len() >= self.g.m * self.g.n);
-        // SAFETY: `q` and `params` point into this object's padded buffers; `y` holds m × n
-        // floats; the workspace has the size reshape asked for; all outlive the run.
+        // SAFETY: `q` and `params` point into this object's padded buffers; `y` holds m × n floats; the workspace has the size reshape asked for; all outlive the run.
         unsafe {
             check(
                 "setup qd8_f32_qc8w",
@@ -627,8 +622,7 @@ impl<'a> Qd8Subgraph<'a> {
             ([g.m, g.k], [g.n, g.k], [g.n], [g.m, g.n]);
         let (mut input, mut quantized, mut filter, mut b, mut output) =
             (0u32, 0u32, 0u32, 0u32, 0u32);
-        // SAFETY: a live subgraph; the dims arrays outlive the calls; the weights, scales and
-        // bias stay borrowed for 'a, as long as the runtime; valid out-pointers.
+        // SAFETY: a live subgraph; the dims arrays outlive the calls; the weights, scales and bias stay borrowed for 'a, as long as the runtime; valid out-pointers.
         unsafe {
             check(
                 "define input",
@@ -745,8 +739,7 @@ impl<'a> Qd8Subgraph<'a> {
                     data: y.as_mut_ptr().cast(),
                 },
             ];
-            // SAFETY: a reshaped runtime; buffers of the asserted sizes. They stay bound
-            // until the next setup: `run` re-binds whenever either pointer changes.
+            // SAFETY: a reshaped runtime; buffers of the asserted sizes. They stay bound until the next setup: `run` re-binds whenever either pointer changes.
             check("xnn_setup_runtime_v2", unsafe {
                 (self.xnn.setup_runtime)(self.runtime, 2, values.as_ptr())
             })?;

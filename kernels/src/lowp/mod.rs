@@ -181,8 +181,7 @@ pub(crate) unsafe fn run(job: &Job) {
 /// See [`run`]; `1 <= mr <= shape(kind, isa).mr`.
 #[inline]
 unsafe fn tile(kind: Kind, isa: DotIsa, mr: usize, t: &Tile) {
-    // SAFETY: forwarded; operators only hold an ISA that is supported and has a kernel
-    // for their kind (checked by `choose` at create).
+    // SAFETY: forwarded; operators only hold an ISA that is supported and has a kernel for their kind (checked by `choose` at create).
     unsafe {
         match (kind, isa) {
             #[cfg(target_arch = "x86_64")]

@@ -38,8 +38,7 @@ unsafe fn store(t: &Tile, c: *mut f32, acc: &[f32; NR]) {
 pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
     let bf = |bits: u16| f32::from_bits(u32::from(bits) << 16);
     for r in 0..mr {
-        // SAFETY: row r of A (k bf16 values) and of C are in bounds; the panel holds the
-        // bias and ceil(k/2) words per column.
+        // SAFETY: row r of A (k bf16 values) and of C are in bounds; the panel holds the bias and ceil(k/2) words per column.
         unsafe {
             let a = t.a.add(r * t.lda).cast::<u16>();
             let mut acc = [0.0f32; NR];
@@ -67,8 +66,7 @@ pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
 pub(super) unsafe fn qd8(mr: usize, t: &Tile) {
     let kp = t.k.next_multiple_of(4);
     for r in 0..mr {
-        // SAFETY: row r of A (kp bytes), its RowQuant and row r of C are in bounds; the
-        // panel holds the three header slots and kp/4 words per column.
+        // SAFETY: row r of A (kp bytes), its RowQuant and row r of C are in bounds; the panel holds the three header slots and kp/4 words per column.
         unsafe {
             let a = t.a.add(r * t.lda);
             let q = t.rows.add(r).read();
@@ -98,8 +96,7 @@ pub(super) unsafe fn qd8(mr: usize, t: &Tile) {
 /// As [`bf16`].
 pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     for r in 0..mr {
-        // SAFETY: row r of A (k floats) and of C are in bounds; the panel holds the two
-        // header slots and k × NR weight bytes.
+        // SAFETY: row r of A (k floats) and of C are in bounds; the panel holds the two header slots and k × NR weight bytes.
         unsafe {
             let a = t.a.add(r * t.lda).cast::<f32>();
             let w = t.panel.add(2 * 4 * NR).cast::<i8>();

@@ -57,8 +57,7 @@ fn make_base_backend() -> Result<BaseBackend, AllocError> {
     let mut reg = registration();
     reg.frozen = true;
     match reg.plugged {
-        // SAFETY: `keepalloc_set_backend`'s caller promised that the functions follow the
-        // backend contract in keepalloc.h for the rest of the process; the copy is leaked.
+        // SAFETY: `keepalloc_set_backend`'s caller promised that the functions follow the backend contract in keepalloc.h for the rest of the process; the copy is leaked.
         Some(table) => Ok(BaseBackend::Plugged(unsafe { TableAllocator::new(table) })),
         None => keepalloc_allocators::default_backend().map(BaseBackend::Builtin),
     }

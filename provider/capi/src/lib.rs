@@ -150,8 +150,7 @@ fn ensure_fork_handler() {
         C_PROVIDER.after_fork_in_child();
     }
     REGISTER.call_once(|| {
-        // SAFETY: registers a handler that only reads atomics and this thread's marker; the
-        // function pointer lives for the process.
+        // SAFETY: registers a handler that only reads atomics and this thread's marker; the function pointer lives for the process.
         let rc = unsafe { pthread_atfork(None, None, Some(in_child)) };
         if rc != 0 {
             eprintln!(
@@ -226,9 +225,7 @@ unsafe fn acquire(
             let hook = |table: &'static AllocatorTable| {
                 hook_result.set(KeepallocHookResult::Threw);
                 let mut threw: c_int = 0;
-                // SAFETY: the caller vouches for `init` and `user_data`; the table lives for
-                // the process; a C++ exception is caught by the trampoline, a Rust panic by the
-                // catch_unwind around this closure.
+                // SAFETY: the caller vouches for `init` and `user_data`; the table lives for the process; a C++ exception is caught by the trampoline, a Rust panic by the catch_unwind around this closure.
                 let rc = unsafe {
                     keepalloc_internal_call_hook(init, table, user_data as *mut c_void, &mut threw)
                 };

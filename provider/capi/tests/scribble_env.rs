@@ -60,8 +60,7 @@ fn acquire() -> Result<&'static keepalloc::KeepallocTable, KeepallocStatus> {
 #[inline(never)]
 fn use_freed_block(table: &keepalloc::KeepallocTable) -> u8 {
     let (allocate, deallocate) = (table.allocate().unwrap(), table.deallocate().unwrap());
-    // SAFETY: the published table's functions with its own context; the block is freed once
-    // and then read: the bug under test.
+    // SAFETY: the published table's functions with its own context; the block is freed once and then read: the bug under test.
     unsafe {
         let p = allocate(table.context(), 64).cast::<u8>();
         assert!(!p.is_null());

@@ -154,8 +154,7 @@ impl EnvAllocator {
             self.nulls.fetch_add(1, Relaxed);
             return core::ptr::null_mut();
         };
-        // SAFETY: the table is complete and its context is the owner, which is never dropped
-        // (keepalloc's guarantee); the alignment is a power of two.
+        // SAFETY: the table is complete and its context is the owner, which is never dropped (keepalloc's guarantee); the alignment is a power of two.
         let block = unsafe { aligned_allocate(self.table.context(), ORT_ALIGNMENT, size) };
         if block.is_null() {
             self.nulls.fetch_add(1, Relaxed);
@@ -189,8 +188,7 @@ impl EnvAllocator {
             std::process::abort();
         }
         if let Some(aligned_deallocate) = self.table.aligned_deallocate() {
-            // SAFETY: `block` came from this table's `aligned_allocate` (the ledger says so)
-            // and is freed once (it was just removed from the ledger).
+            // SAFETY: `block` came from this table's `aligned_allocate` (the ledger says so) and is freed once (it was just removed from the ledger).
             unsafe { aligned_deallocate(self.table.context(), block) };
         }
     }
@@ -211,8 +209,7 @@ fn no_unwind<R>(what: &str, f: impl FnOnce() -> R) -> R {
 /// `this` is the `ort` field of a live `EnvAllocator` (the only `OrtAllocator` whose `Alloc`
 /// is this function).
 unsafe fn face<'a>(this: *const OrtAllocator) -> &'a EnvAllocator {
-    // SAFETY: `ort` is the first field of the `#[repr(C)]` EnvAllocator, so the pointers are
-    // equal; the caller promises `this` came from an EnvAllocator, which is never dropped.
+    // SAFETY: `ort` is the first field of the `#[repr(C)]` EnvAllocator, so the pointers are equal; the caller promises `this` came from an EnvAllocator, which is never dropped.
     unsafe { &*(this as *const EnvAllocator) }
 }
 

@@ -43,9 +43,7 @@ where
         let runtime = env.runtime();
         let face =
             EnvAllocator::for_table(runtime, table).map_err(|e| InitError::new(e.to_string()))?;
-        // SAFETY: `env` is live for the process (an `Env` is never released); the face is a
-        // complete OrtAllocator that is never dropped, as ONNX Runtime requires of an
-        // allocator it keeps.
+        // SAFETY: `env` is live for the process (an `Env` is never released); the face is a complete OrtAllocator that is never dropped, as ONNX Runtime requires of an allocator it keeps.
         let status = unsafe { (runtime.api().RegisterAllocator)(env.as_ptr(), face.as_ort()) };
         runtime
             .check(status, "RegisterAllocator")

@@ -41,16 +41,14 @@ impl OnnxRuntime {
                 .map(PathBuf::from)
                 .ok_or(OrtError::NoLibrary)?,
         };
-        // SAFETY: loading runs the library's initializers; ONNX Runtime's are ordinary C++
-        // static constructors with no preconditions on the loading process.
+        // SAFETY: loading runs the library's initializers; ONNX Runtime's are ordinary C++ static constructors with no preconditions on the loading process.
         let library = unsafe { libloading::Library::new(&path) }.map_err(|e| OrtError::Load {
             path: path.clone(),
             message: e.to_string(),
         })?;
         type GetApiBase = unsafe extern "C" fn() -> *const OrtApiBase;
-        // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release (it is the
-        // one stable entry point of the C API).
         let get_api_base =
+            // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release (it is the one stable entry point of the C API).
             unsafe { library.get::<GetApiBase>(b"OrtGetApiBase\0") }.map_err(|e| {
                 OrtError::Load {
                     path: path.clone(),
@@ -65,8 +63,7 @@ impl OnnxRuntime {
                 message: "OrtGetApiBase returned NULL".into(),
             });
         }
-        // SAFETY: `base` is non-NULL and points at the library's static OrtApiBase, which
-        // lives as long as the library (kept below for the life of the process).
+        // SAFETY: `base` is non-NULL and points at the library's static OrtApiBase, which lives as long as the library (kept below for the life of the process).
         let base = unsafe { &*base };
         // SAFETY: GetVersionString returns a static NUL-terminated string.
         let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }
@@ -82,8 +79,7 @@ impl OnnxRuntime {
                 ),
             });
         }
-        // SAFETY: non-NULL; the OrtApi is a static table inside the library, which is never
-        // unloaded (the `OnnxRuntime` holding it is leaked).
+        // SAFETY: non-NULL; the OrtApi is a static table inside the library, which is never unloaded (the `OnnxRuntime` holding it is leaked).
         let api = unsafe { &*api };
         Ok(Box::leak(Box::new(OnnxRuntime {
             path,
@@ -113,8 +109,7 @@ impl OnnxRuntime {
         if status.0.is_null() {
             return Ok(());
         }
-        // SAFETY: `status` is a non-NULL status just returned by ONNX Runtime; its message is
-        // a NUL-terminated string owned by the status, copied before the status is released.
+        // SAFETY: `status` is a non-NULL status just returned by ONNX Runtime; its message is a NUL-terminated string owned by the status, copied before the status is released.
         let message = unsafe {
             let text = (self.api.GetErrorMessage)(status.0);
             let message = if text.is_null() {

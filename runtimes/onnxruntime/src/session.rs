@@ -302,8 +302,7 @@ impl Session {
         let api = self.runtime.api();
         let mut element_type: i32 = 0;
         let mut rank = 0usize;
-        // SAFETY: live info; the element type is written as a C int into an i32 (never read
-        // as the Rust enum, whose set of values may be smaller than this ORT's).
+        // SAFETY: live info; the element type is written as a C int into an i32 (never read as the Rust enum, whose set of values may be smaller than this ORT's).
         unsafe {
             self.runtime.check(
                 (api.GetTensorElementType)(
@@ -363,8 +362,7 @@ impl Session {
                 }
                 let mut value: *mut OrtValue = core::ptr::null_mut();
                 self.runtime.check(
-                    // SAFETY: `data` outlives the value (released before this function returns);
-                    // the shape and byte length match.
+                    // SAFETY: `data` outlives the value (released before this function returns); the shape and byte length match.
                     unsafe {
                         (api.CreateTensorWithDataAsOrtValue)(
                             info,

@@ -111,8 +111,8 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
 
     // 1. Another component registered its CPU allocator on the env first.
     let mut info = core::ptr::null_mut();
-    // SAFETY: valid out-pointer.
     ort.check(
+        // SAFETY: valid out-pointer.
         unsafe {
             (api.CreateCpuMemoryInfo)(
                 ort_sys::OrtAllocatorType::OrtDeviceAllocator,
@@ -133,8 +133,8 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         },
         info,
     }));
-    // SAFETY: live env; `other` is a complete allocator that is never dropped.
     ort.check(
+        // SAFETY: live env; `other` is a complete allocator that is never dropped.
         unsafe { (api.RegisterAllocator)(env.as_ptr(), &mut other.ort) },
         "RegisterAllocator",
     )

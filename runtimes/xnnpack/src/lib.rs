@@ -121,8 +121,7 @@ where
                     .owner()
                     .map_or(0, |owner| owner.allocator().stats().allocations)
             };
-            // SAFETY: the table is the owner's, published at its final address, and the owner is
-            // never dropped (keepalloc's guarantee).
+            // SAFETY: the table is the owner's, published at its final address, and the owner is never dropped (keepalloc's guarantee).
             unsafe { initialize_checked(xnn, table, allocations) }
                 .map_err(|e| InitError::new(e.to_string()))
         })

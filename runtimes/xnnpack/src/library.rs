@@ -131,8 +131,7 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, Xnnpack
     if p.is_null() {
         return Err(XnnpackError::Missing(name.to_string_lossy().into_owned()));
     }
-    // SAFETY: a non-NULL address of the function `name`, whose signature is `F` (the
-    // caller's promise); `F` is pointer-sized.
+    // SAFETY: a non-NULL address of the function `name`, whose signature is `F` (the caller's promise); `F` is pointer-sized.
     Ok(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
@@ -146,9 +145,7 @@ impl Xnnpack {
     ) -> Result<&'static Xnnpack, XnnpackError> {
         let name = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| XnnpackError::Load(path.to_path_buf(), "NUL in path".into()))?;
-        // SAFETY: NUL-terminated name; loading runs the library's constructors, which is what
-        // loading it means (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate
-        // exists to detect).
+        // SAFETY: NUL-terminated name; loading runs the library's constructors, which is what loading it means (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate exists to detect).
         let handle = unsafe {
             match namespace {
                 Namespace::Default => dlopen(name.as_ptr(), RTLD_NOW | RTLD_LOCAL),
@@ -169,8 +166,8 @@ impl Xnnpack {
         }
         // A Current library must export `reshape`, a 2022 one must not: a wrong generation is
         // an error here, never a call with the wrong signature.
-        // SAFETY: dlsym only looks the name up.
         let has_reshape =
+            // SAFETY: dlsym only looks the name up.
             !unsafe { dlsym(handle, c"xnn_reshape_fully_connected_nc_f32".as_ptr()) }.is_null();
         if has_reshape != (generation == Generation::Current) {
             return Err(XnnpackError::Generation {
@@ -178,13 +175,7 @@ impl Xnnpack {
                 expected: generation,
             });
         }
-        // SAFETY: (every symbol below) each is the XNNPACK function of that name, whose C
-        // signature in the `xnnpack.h` of `generation` is the type it is stored as:
-        // `xnn_initialize(const struct xnn_allocator*)`, `xnn_run_operator(op, threadpool)`
-        // and `xnn_delete_operator(op)` are the same in both; the fully-connected functions
-        // are checked against Debian's 2022-02-16 header and google/XNNPACK's header from
-        // 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports
-        // functions added in 2026-03, so it is inside it).
+        // SAFETY: (every symbol below) each is the XNNPACK function of that name, whose C signature in the `xnnpack.h` of `generation` is the type it is stored as: `xnn_initialize(const struct xnn_allocator*)`, `xnn_run_operator(op, threadpool)` and `xnn_delete_operator(op)` are the same in both; the fully-connected functions are checked against Debian's 2022-02-16 header and google/XNNPACK's header from 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports functions added in 2026-03, so it is inside it).
         let fc = unsafe {
             match generation {
                 Generation::Debian2022 => FcApi::Debian2022 {
@@ -229,8 +220,7 @@ impl Xnnpack {
     /// `table` must stay valid, and its `context` alive, for the life of the process.
     pub unsafe fn initialize(&self, table: Option<&AllocatorTable>) -> XnnStatus {
         let p = table.map_or(core::ptr::null(), |t| t as *const AllocatorTable);
-        // SAFETY: `AllocatorTable` is `struct xnn_allocator` field for field (same in the
-        // 2022 and 2026 headers); the caller promises it lives for the process.
+        // SAFETY: `AllocatorTable` is `struct xnn_allocator` field for field (same in the 2022 and 2026 headers); the caller promises it lives for the process.
         unsafe { (self.initialize)(p) }
     }
 
@@ -262,8 +252,7 @@ impl Xnnpack {
                 Err(s)
             }
         };
-        // SAFETY: `w` and `b` hold the sizes asserted above; `op` is a valid out-pointer; the
-        // signature matches the library's generation (checked at load).
+        // SAFETY: `w` and `b` hold the sizes asserted above; `op` is a valid out-pointer; the signature matches the library's generation (checked at load).
         check(unsafe {
             match self.fc {
                 FcApi::Debian2022 { create, .. } => create(
@@ -293,8 +282,7 @@ impl Xnnpack {
                 ),
             }
         })?;
-        // SAFETY: `op` is live; `padded` holds batch*input floats plus XNN_EXTRA_BYTES and `y`
-        // batch*output; both outlive the run; no thread pool (NULL).
+        // SAFETY: `op` is live; `padded` holds batch*input floats plus XNN_EXTRA_BYTES and `y` batch*output; both outlive the run; no thread pool (NULL).
         let ran = unsafe {
             match self.fc {
                 FcApi::Debian2022 { setup, .. } => {
