@@ -127,7 +127,13 @@ typedef enum keepalloc_status {
   KEEPALLOC_BACKEND_CONFLICT = 8,
   /* In a fork() child: the attempt this call would wait for was running in another thread
    * of the parent when it forked (see FORK above). */
-  KEEPALLOC_FORKED_DURING_INIT = 9
+  KEEPALLOC_FORKED_DURING_INIT = 9,
+  /* keepalloc_ort_register: the ONNX Runtime given does not serve the OrtApi version keepalloc
+   * was built against (KEEPALLOC_ORT_API_VERSION). Nothing happened. */
+  KEEPALLOC_RUNTIME_UNSUPPORTED = 10,
+  /* keepalloc_ort_register: the owner was registered on another OrtEnv earlier (the
+   * registration runs once per process). Nothing happened. */
+  KEEPALLOC_REGISTERED_ELSEWHERE = 11
 } keepalloc_status;
 
 /* What happened to the caller's own hook (keepalloc_acquire_ex). */
@@ -221,6 +227,24 @@ uint32_t keepalloc_version(void);
 /* The owner's backend: "system", "mimalloc" or "bumpalo" (built in), "plugged"
  * (keepalloc_set_backend). */
 const char* keepalloc_backend_name(void);
+
+/* ---- ONNX Runtime: the owner as the env allocator (docs/embedding-onnxruntime.md) ----
+ * Registers the process-wide owner, wearing an OrtAllocator face (CPU, OrtDeviceAllocator,
+ * 64-byte aligned blocks), on `env` with RegisterAllocator, as the init hook of the library
+ * named "onnxruntime": inside that library's once, on top of the owner's once. Sessions
+ * created with the config entry "session.use_env_allocators" = "1" then allocate through it.
+ * `ort` is what the caller's OrtGetApiBase() returns; ONNX Runtime is not linked into
+ * keepalloc. A failed RegisterAllocator returns KEEPALLOC_INIT_FAILED (hook result FAILED)
+ * and keeps the owner; the next call retries with the same owner and the same face. After a
+ * success: KEEPALLOC_OK (hook result ALREADY_DONE) for the same env, and
+ * KEEPALLOC_REGISTERED_ELSEWHERE for another. The env must never be released while the
+ * process runs sessions on it. Other statuses: INVALID_ARGUMENT (NULL ort or env),
+ * RUNTIME_UNSUPPORTED, OUT_OF_MEMORY, REENTERED, FORKED_DURING_INIT. */
+#define KEEPALLOC_ORT_API_VERSION 22
+struct OrtApiBase;
+struct OrtEnv;
+keepalloc_status keepalloc_ort_register(const struct OrtApiBase* ort, struct OrtEnv* env,
+                                        keepalloc_hook_result* out_result);
 
 /* ---- Debugging: run the provider over Scribble (docs/embedding.md) ----
  * Decided once, at the first acquire: the spec given here, else the environment variable

@@ -128,6 +128,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     controls(&ctx)?;
     shared_library(&ctx)?;
     raii_example(&ctx, None)?;
+    ort_register(&ctx)?;
     match xnnpack_include_dir() {
         None if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") => {
             return Err(
@@ -311,6 +312,51 @@ fn raii_example(ctx: &Ctx, xnnpack: Option<&Path>) -> Result<(), String> {
     let outcome = ctools::run(&out, &[])?;
     if !outcome.passed {
         return Err(outcome.describe(name));
+    }
+    print_indented(&outcome.stdout);
+    Ok(())
+}
+
+/// The wheel's ONNX Runtime library, from `target/runtimes/runtimes.json`
+/// (`cargo xtask runtimes`).
+fn onnxruntime_library() -> Option<PathBuf> {
+    let text =
+        std::fs::read_to_string(util::root().join("target/runtimes/runtimes.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let p = PathBuf::from(v["onnxruntime"]["library"].as_str()?);
+    p.is_file().then_some(p)
+}
+
+/// `keepalloc_ort_register` from C on the real ONNX Runtime (`examples/ort_register.c`).
+fn ort_register(ctx: &Ctx) -> Result<(), String> {
+    let Some(library) = onnxruntime_library() else {
+        if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+            return Err("CI=true and target/runtimes/runtimes.json names no ONNX Runtime \
+                        library: run `cargo xtask runtimes` first"
+                .to_owned());
+        }
+        println!("c-test: ort_register NOT RUN: no ONNX Runtime (run `cargo xtask runtimes`)");
+        return Ok(());
+    };
+    println!("c-test: keepalloc_ort_register from C on ONNX Runtime");
+    let out = ctx.out.join("examples").join("ort_register");
+    let mut link = ctools::keepalloc_link(&ctx.staticlib);
+    link.push("-ldl".into());
+    ctools::compile(
+        &ctx.tc,
+        &ctx.dirs,
+        &ctools::Program {
+            sources: vec![ctx.dirs.examples().join("ort_register.c")],
+            defines: vec![],
+            includes: vec![],
+            link,
+            out: out.clone(),
+        },
+    )?;
+    let library = library.to_string_lossy().into_owned();
+    let outcome = ctools::run(&out, &[("KEEPALLOC_ORT_LIBRARY", &library)])?;
+    if !outcome.passed {
+        return Err(outcome.describe("ort_register"));
     }
     print_indented(&outcome.stdout);
     Ok(())

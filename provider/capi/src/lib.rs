@@ -23,6 +23,7 @@ use keepalloc_provider::{
 };
 
 pub mod backend;
+pub mod ort;
 pub mod scribble;
 
 use backend::{C_PROVIDER, CBackend};
@@ -59,6 +60,12 @@ pub enum KeepallocStatus {
     /// A `fork()` child: the attempt this call would wait for was running in another thread
     /// of the parent at the fork, and can never finish in the child.
     ForkedDuringInit = 9,
+    /// `keepalloc_ort_register`: the ONNX Runtime given does not serve the OrtApi version
+    /// keepalloc was built against (or its `OrtGetApiBase` table is unusable).
+    RuntimeUnsupported = 10,
+    /// `keepalloc_ort_register`: the owner was registered on another `OrtEnv` earlier (the
+    /// registration runs once per process).
+    RegisteredElsewhere = 11,
 }
 
 /// `keepalloc_hook_result`: what happened to the caller's own hook.
@@ -137,7 +144,7 @@ pub const VERSION_PATCH: u32 = parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
 pub const VERSION: u32 = (VERSION_MAJOR << 16) | (VERSION_MINOR << 8) | VERSION_PATCH;
 
 /// Registers the `fork()` child handler once per process (see `keepalloc.h`, "fork").
-fn ensure_fork_handler() {
+pub(crate) fn ensure_fork_handler() {
     static REGISTER: Once = Once::new();
     unsafe extern "C" {
         fn pthread_atfork(
@@ -160,7 +167,7 @@ fn ensure_fork_handler() {
     });
 }
 
-fn status_of(e: &ProviderError) -> KeepallocStatus {
+pub(crate) fn status_of(e: &ProviderError) -> KeepallocStatus {
     match e {
         ProviderError::OutOfMemory => KeepallocStatus::OutOfMemory,
         ProviderError::InitFailed(_) => KeepallocStatus::InitFailed,
@@ -191,7 +198,7 @@ unsafe fn library_name<'a>(name: *const c_char) -> Result<&'a str, KeepallocStat
 ///
 /// # Safety
 /// `out` is NULL or valid for a write.
-unsafe fn report(out: *mut KeepallocHookResult, result: KeepallocHookResult) {
+pub(crate) unsafe fn report(out: *mut KeepallocHookResult, result: KeepallocHookResult) {
     if !out.is_null() {
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { out.write(result) };

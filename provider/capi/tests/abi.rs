@@ -98,3 +98,25 @@ fn a_rust_panic_escaping_a_hook_is_init_failed_and_retryable() {
     assert_eq!(result, KeepallocHookResult::Succeeded);
     assert!(ran && !out.is_null());
 }
+
+#[test]
+fn header_ort_api_version_is_the_one_keepalloc_asks_for() {
+    let header = include_str!("../../include/keepalloc.h");
+    assert_eq!(
+        header_define(header, "KEEPALLOC_ORT_API_VERSION"),
+        keepalloc_onnxruntime::ORT_API_VERSION
+    );
+}
+
+/// `examples/ort_register.c` reaches ONNX Runtime through `OrtApiBase` (`GetApi`,
+/// `GetVersionString`) and OrtApi's slot 3 (`CreateEnv`) without ONNX Runtime's header; these
+/// places come from ort-sys, bindgen's copy of that header.
+#[test]
+fn the_ort_slots_the_c_example_uses_are_the_headers() {
+    use core::mem::{offset_of, size_of};
+    use ort_sys::{OrtApi, OrtApiBase};
+    let slot = size_of::<usize>();
+    assert_eq!(offset_of!(OrtApiBase, GetApi), 0);
+    assert_eq!(offset_of!(OrtApiBase, GetVersionString), slot);
+    assert_eq!(offset_of!(OrtApi, CreateEnv), 3 * slot);
+}

@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod env_allocator;
+pub mod interpose;
 pub mod manifest;
 mod register;
 mod runtime;
@@ -41,7 +42,10 @@ mod session;
 use std::path::PathBuf;
 
 pub use env_allocator::{EnvAllocator, EnvAllocatorStats, ORT_ALIGNMENT};
-pub use register::{LIBRARY, register_env_allocator};
+pub use register::{
+    LIBRARY, OTHER_ENV, is_registered_on, register_env_allocator, register_env_allocator_ex,
+    register_on,
+};
 pub use runtime::{ORT_API_VERSION, OnnxRuntime};
 pub use session::{
     ELEMENT_FLOAT, Env, InputSpec, Session, SessionConfig, Tensor, USE_ENV_ALLOCATORS,

@@ -18,8 +18,11 @@ pub const ORT_API_VERSION: u32 = ort_sys::ORT_API_VERSION;
 pub struct OnnxRuntime {
     path: PathBuf,
     version: String,
+    base: &'static OrtApiBase,
     api: &'static OrtApi,
-    _library: libloading::Library,
+    /// `None` for a runtime the application linked or loaded itself
+    /// ([`OnnxRuntime::from_api_base`]).
+    _library: Option<libloading::Library>,
 }
 
 impl core::fmt::Debug for OnnxRuntime {
@@ -57,14 +60,45 @@ impl OnnxRuntime {
             })?;
         // SAFETY: the function takes no argument and returns a pointer to a static struct.
         let base = unsafe { get_api_base() };
+        // SAFETY: `base` is NULL or the library's static OrtApiBase, which lives as long as the library, kept (with the OnnxRuntime) for the life of the process.
+        unsafe { Self::from_base(base, path, Some(library)) }
+    }
+
+    /// The ONNX Runtime an application already has (linked, or loaded itself): `base` is what
+    /// its `OrtGetApiBase()` returned. This is how the C API (`keepalloc_ort_register`) meets
+    /// the caller's runtime. Fails with [`OrtError::Load`] when `base` is NULL or the runtime
+    /// does not serve [`ORT_API_VERSION`]. Each call leaks one small struct (the runtime is
+    /// kept for the life of the process, as ONNX Runtime keeps our allocator).
+    ///
+    /// # Safety
+    /// `base` is NULL or the `OrtApiBase` of an ONNX Runtime that stays loaded for the rest of
+    /// the process.
+    pub unsafe fn from_api_base(base: *const OrtApiBase) -> Result<&'static OnnxRuntime, OrtError> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::from_base(
+                base,
+                PathBuf::from("(the application's ONNX Runtime)"),
+                None,
+            )
+        }
+    }
+
+    /// # Safety
+    /// `base` is NULL or an `OrtApiBase` that lives for the rest of the process.
+    unsafe fn from_base(
+        base: *const OrtApiBase,
+        path: PathBuf,
+        library: Option<libloading::Library>,
+    ) -> Result<&'static OnnxRuntime, OrtError> {
         if base.is_null() {
             return Err(OrtError::Load {
                 path,
                 message: "OrtGetApiBase returned NULL".into(),
             });
         }
-        // SAFETY: `base` is non-NULL and points at the library's static OrtApiBase, which lives as long as the library (kept below for the life of the process).
-        let base = unsafe { &*base };
+        // SAFETY: non-NULL, and the caller promises it lives for the rest of the process.
+        let base: &'static OrtApiBase = unsafe { &*base };
         // SAFETY: GetVersionString returns a static NUL-terminated string.
         let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }
             .to_string_lossy()
@@ -79,14 +113,21 @@ impl OnnxRuntime {
                 ),
             });
         }
-        // SAFETY: non-NULL; the OrtApi is a static table inside the library, which is never unloaded (the `OnnxRuntime` holding it is leaked).
+        // SAFETY: non-NULL; the OrtApi is a static table inside the library, which stays loaded (the caller's contract, or the library kept in the leaked OnnxRuntime).
         let api = unsafe { &*api };
         Ok(Box::leak(Box::new(OnnxRuntime {
             path,
             version,
+            base,
             api,
             _library: library,
         })))
+    }
+
+    /// The `OrtApiBase` (what `OrtGetApiBase()` returns): what a C caller passes to
+    /// `keepalloc_ort_register`.
+    pub fn api_base(&self) -> *const OrtApiBase {
+        self.base
     }
 
     /// The C API table.

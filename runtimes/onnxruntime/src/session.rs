@@ -50,6 +50,23 @@ impl Env {
         Ok(Box::leak(Box::new(Env { runtime, env })))
     }
 
+    /// An env the application created itself (`CreateEnv` on `runtime`), kept for the life of
+    /// the process like one [`Env::create`] made. Returns `None` for NULL.
+    ///
+    /// # Safety
+    /// `env` is NULL or a live `OrtEnv` of `runtime` that is never released (ONNX Runtime
+    /// keeps a registered allocator for as long as its env lives, and keepalloc's registration
+    /// runs once per process, so the env must outlive every session that uses it).
+    pub unsafe fn from_raw(
+        runtime: &'static OnnxRuntime,
+        env: *mut OrtEnv,
+    ) -> Option<&'static Env> {
+        if env.is_null() {
+            return None;
+        }
+        Some(Box::leak(Box::new(Env { runtime, env })))
+    }
+
     /// The raw env pointer.
     pub fn as_ptr(&self) -> *mut OrtEnv {
         self.env

@@ -26,7 +26,7 @@ static_assert(std::is_same_v<decltype(&keepalloc_acquire_library),
                              keepalloc_status (*)(const char*, keepalloc_init_fn, void*,
                                                   const keepalloc_table**)>);
 static_assert(std::is_same_v<keepalloc_backend, keepalloc_table>);
-static_assert(static_cast<int>(KEEPALLOC_FORKED_DURING_INIT) == 9 &&
+static_assert(static_cast<int>(KEEPALLOC_FORKED_DURING_INIT) == 9 && static_cast<int>(KEEPALLOC_REGISTERED_ELSEWHERE) == 11 &&
               static_cast<int>(KEEPALLOC_HOOK_THREW) == 4);
 static_assert(KEEPALLOC_VERSION == ((KEEPALLOC_VERSION_MAJOR << 16) | (KEEPALLOC_VERSION_MINOR << 8) |
                                     KEEPALLOC_VERSION_PATCH));
