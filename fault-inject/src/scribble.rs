@@ -14,7 +14,9 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use keepalloc_scribble::{ScribbleHooks, Stack, ViolationReport};
+#[cfg(feature = "controls")]
+use keepalloc_scribble::Stack;
+use keepalloc_scribble::{ScribbleHooks, ViolationReport};
 
 pub use keepalloc_scribble::{MIN_RED_ZONE, ScribbleConfig, ScribbleStats};
 

@@ -7,7 +7,10 @@
 //! 1. `count`: no failure, one thread; its allocation count is the number of sites;
 //! 2. `nth:K` for every site K, one thread (each allocation site fails in turn);
 //! 3. `probability:P@SEED` for P in {0.05, 0.25} and `--runs` seeds, `--threads` threads;
-//! 4. the negative control `--control foreign-allocator` (another allocator replaces
+//! 4. `refuse-registrations:3`: ONNX Runtime's `RegisterAllocator` refuses its first three
+//!    calls (interposed at the OrtApi boundary) while `--threads` threads register at once and
+//!    retry: one owner, one face registered four times, every caller registered;
+//! 5. the negative control `--control foreign-allocator` (another allocator replaces
 //!    keepalloc's on the env), which keepalloc's accounting must catch in every run.
 //!
 //! Each run is classified `ok`, `clean-error`, `crash` (killed by a signal), `hang` (past
@@ -153,7 +156,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut runs: Vec<Run> = Vec::new();
     let started = Instant::now();
     for (name, path) in &models {
-        let count = run_child(&child, &ort, name, path, "never", 1, false, opts.timeout);
+        let count = run_child(&child, &ort, name, path, "never", 1, false, 0, opts.timeout);
         let sites = count.figures["allocation_calls"].as_u64();
         let count_ok = count.outcome == "ok";
         runs.push(Run {
@@ -174,6 +177,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &format!("nth:{k}"),
                 1,
                 false,
+                0,
                 opts.timeout,
             ));
         }
@@ -188,6 +192,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     &plan,
                     opts.threads,
                     false,
+                    0,
                     opts.timeout,
                 ));
             }
@@ -198,8 +203,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
             name,
             path,
             "never",
+            opts.threads,
+            false,
+            3,
+            opts.timeout,
+        ));
+        runs.push(run_child(
+            &child,
+            &ort,
+            name,
+            path,
+            "never",
             1,
             true,
+            0,
             opts.timeout,
         ));
     }
@@ -313,6 +330,7 @@ fn run_child(
     plan: &str,
     threads: usize,
     control: bool,
+    refusals: u32,
     timeout: Duration,
 ) -> Run {
     let mut cmd = Command::new(child);
@@ -325,8 +343,11 @@ fn run_child(
     if control {
         cmd.args(["--control", "foreign-allocator"]);
     }
+    if refusals > 0 {
+        cmd.args(["--refuse-registrations", &refusals.to_string()]);
+    }
     let replay = format!(
-        "{} --ort {} --model {} --plan {plan} --threads {threads}{}",
+        "{} --ort {} --model {} --plan {plan} --threads {threads}{}{}",
         child.display(),
         ort.display(),
         path.display(),
@@ -334,12 +355,21 @@ fn run_child(
             " --control foreign-allocator"
         } else {
             ""
+        },
+        if refusals > 0 {
+            format!(" --refuse-registrations {refusals}")
+        } else {
+            String::new()
         }
     );
     let mut run = Run {
         runtime: "onnxruntime",
         model: model.to_owned(),
-        plan: plan.to_owned(),
+        plan: if refusals > 0 {
+            format!("refuse-registrations:{refusals}")
+        } else {
+            plan.to_owned()
+        },
         threads,
         control,
         outcome: String::new(),
@@ -439,6 +469,8 @@ fn print_table(runs: &[Run]) {
             "nth:each".into()
         } else if let Some(rest) = r.plan.strip_prefix("probability:") {
             format!("p={}", rest.split('@').next().unwrap_or(""))
+        } else if let Some(k) = r.plan.strip_prefix("refuse-registrations:") {
+            format!("refuse:{k}")
         } else {
             r.plan.clone()
         }

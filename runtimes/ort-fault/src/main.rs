@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! keepalloc-ort-child --ort LIB --model MODEL.onnx --plan PLAN [--threads N]
-//!                     [--control foreign-allocator]
+//!                     [--control foreign-allocator] [--refuse-registrations K]
 //! PLAN: never | nth:N | from:N | probability:P@SEED | budget:BYTES
 //! ```
 //!
@@ -24,6 +24,12 @@
 //! Last line on stdout: one JSON object. Exit codes: 0 ok, 10 clean-error, 11 wrong-output,
 //! 12 leak, 20 keepalloc invariant violated, 2 setup or usage error.
 //!
+//! `--refuse-registrations K`: ONNX Runtime's `RegisterAllocator` refuses its first K calls
+//! (interposed at the OrtApi boundary, `keepalloc_onnxruntime::interpose`; the refusals are
+//! real `OrtStatus` objects), while N threads register at once and retry until they succeed.
+//! Extra invariants: every thread ends registered, `RegisterAllocator` saw exactly K + 1
+//! calls, all with the same `OrtAllocator*` (the face), and one owner was constructed.
+//!
 //! Negative control `--control foreign-allocator`: after keepalloc's registration, another
 //! CPU `OrtAllocator` (64-byte-aligned `aligned_alloc`) is registered on the env, which in ONNX Runtime 1.32
 //! replaces keepalloc's; the sessions' allocations then bypass the owner and the run must end
@@ -39,8 +45,8 @@ use allocator_api2::alloc::AllocError;
 use keepalloc_allocators::System;
 use keepalloc_fault_inject::{AllocPlan, Failing, Policy, Scribble, ScribbleConfig};
 use keepalloc_onnxruntime::{
-    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, Tensor, register_env_allocator,
-    sample_inputs,
+    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, Tensor, interpose,
+    register_env_allocator, sample_inputs,
 };
 use keepalloc_provider::GlobalProvider;
 
@@ -73,6 +79,7 @@ struct Args {
     plan_text: String,
     threads: usize,
     control: bool,
+    refusals: u32,
 }
 
 fn parse_plan(text: &str) -> Option<AllocPlan> {
@@ -96,6 +103,7 @@ fn parse_plan(text: &str) -> Option<AllocPlan> {
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut ort, mut model, mut plan, mut threads, mut control) = (None, None, None, 1, false);
+    let mut refusals = 0;
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -106,6 +114,11 @@ fn parse_args() -> Result<Args, String> {
                 threads = value()?
                     .parse()
                     .map_err(|_| "--threads takes a number".to_string())?
+            }
+            "--refuse-registrations" => {
+                refusals = value()?
+                    .parse()
+                    .map_err(|_| "--refuse-registrations takes a number".to_string())?
             }
             "--control" => {
                 let c = value()?;
@@ -125,6 +138,7 @@ fn parse_args() -> Result<Args, String> {
         plan_text,
         threads: threads.max(1),
         control,
+        refusals,
     })
 }
 
@@ -146,6 +160,7 @@ fn finish(
         line["plan"] = a.plan_text.clone().into();
         line["threads"] = a.threads.into();
         line["control"] = a.control.into();
+        line["refused_registrations"] = a.refusals.into();
     }
     if let (Some(obj), serde_json::Value::Object(more)) = (line.as_object_mut(), extra) {
         obj.extend(more);
@@ -194,6 +209,79 @@ mod foreign {
     }
 }
 
+/// Registers keepalloc's owner on `env` from `args.threads` threads at once, each retrying a
+/// refused registration (at most 100 times); exits with 20 when keepalloc's rule is broken.
+fn register(args: &Args, env: &'static Env) {
+    let violation = |detail: String| -> ! {
+        finish(
+            Some(args),
+            "keepalloc-violation",
+            EXIT_KEEPALLOC,
+            &detail,
+            serde_json::json!({}),
+        )
+    };
+    let barrier = Barrier::new(args.threads);
+    let outcomes: Vec<Result<(usize, u32), String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..args.threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let mut refused = 0;
+                    let refusal = interpose::REFUSAL.to_str().unwrap_or_default();
+                    for _ in 0..100 {
+                        match register_env_allocator(&OWNER, env) {
+                            Ok(h) => return Ok((h.context() as usize, refused)),
+                            Err(e) if args.refusals > 0 && e.to_string().contains(refusal) => {
+                                refused += 1;
+                            }
+                            Err(e) => return Err(e.to_string()),
+                        }
+                    }
+                    Err("still refused after 100 attempts".to_owned())
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let mut contexts = Vec::new();
+    let mut refused = 0;
+    for o in outcomes {
+        match o {
+            Ok((context, r)) => {
+                contexts.push(context);
+                refused += r;
+            }
+            Err(e) => violation(format!("registration failed: {e}")),
+        }
+    }
+    if contexts.iter().any(|&c| c != contexts[0]) {
+        violation(format!("callers got different allocators: {contexts:x?}"));
+    }
+    if refused != args.refusals {
+        violation(format!(
+            "{refused} callers saw a refusal, {} were injected",
+            args.refusals
+        ));
+    }
+    if args.refusals > 0 {
+        let calls = interpose::register_calls();
+        let face = EnvAllocator::get().map(|f| f.as_ort() as usize);
+        if calls.len() != args.refusals as usize + 1
+            || calls.iter().any(|c| Some(c.allocator) != face)
+        {
+            violation(format!(
+                "RegisterAllocator calls {calls:?}: expected {} with the face {face:x?}",
+                args.refusals + 1
+            ));
+        }
+    }
+    let owners = CONSTRUCTED.load(Relaxed);
+    if owners != 1 {
+        violation(format!("{owners} owners constructed"));
+    }
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -210,19 +298,16 @@ fn main() {
         )
     };
     stage("load");
-    let ort = OnnxRuntime::load(Some(&args.ort)).unwrap_or_else(|e| setup("load", e.to_string()));
+    let real = OnnxRuntime::load(Some(&args.ort)).unwrap_or_else(|e| setup("load", e.to_string()));
+    let ort = if args.refusals > 0 {
+        interpose::refusing_registrations(real, args.refusals).1
+    } else {
+        real
+    };
     let env =
         Env::create(ort, c"keepalloc-ort-child").unwrap_or_else(|e| setup("env", e.to_string()));
     stage("register");
-    if let Err(e) = register_env_allocator(&OWNER, env) {
-        finish(
-            Some(args),
-            "keepalloc-violation",
-            EXIT_KEEPALLOC,
-            &format!("registration failed with no plan armed: {e}"),
-            serde_json::json!({}),
-        );
-    }
+    register(args, env);
     if args.control {
         let api = ort.api();
         let mut info = core::ptr::null_mut();
