@@ -193,6 +193,16 @@ keepalloc_status keepalloc_get_table(const keepalloc_table** out_table);
 /* 1 when `library`'s hook has succeeded, else 0 (also for NULL or an invalid name). */
 int keepalloc_library_initialized(const char* library);
 
+/* One library's once: init hooks called (every failed attempt and the success) and
+ * succeeded (0 or 1), and whether it is initialized. A name never acquired reads as all zero.
+ * KEEPALLOC_INVALID_ARGUMENT for NULL, KEEPALLOC_INVALID_LIBRARY_NAME for a bad name. */
+typedef struct keepalloc_library_stats {
+  uint64_t init_attempts;
+  uint64_t init_successes;
+  uint32_t initialized;
+} keepalloc_library_stats;
+keepalloc_status keepalloc_get_library_stats(const char* library, keepalloc_library_stats* out);
+
 /* A C runtime's own allocator, to be wrapped by keepalloc's owner (the same once, counting
  * and table as the built-in backend). The same layout as keepalloc_table. Contract: every
  * function is thread-safe, returns NULL on failure and never throws; allocate and reallocate

@@ -122,6 +122,18 @@ pub struct KeepallocStats {
     pub peak_bytes: u64,
 }
 
+/// `keepalloc_library_stats`: one library's once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeepallocLibraryStats {
+    /// Init hooks of this library called (each failed attempt counts, and the success).
+    pub init_attempts: u64,
+    /// Init hooks of this library that succeeded (0 or 1).
+    pub init_successes: u64,
+    /// 1 when the library is initialized, else 0.
+    pub initialized: u32,
+}
+
 /// Parses one component of the crate version at compile time.
 const fn parse_u32(s: &str) -> u32 {
     let b = s.as_bytes();
@@ -413,6 +425,36 @@ pub unsafe extern "C" fn keepalloc_get_stats(out: *mut KeepallocStats) {
     };
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { out.write(stats) };
+}
+
+/// See `keepalloc.h`.
+///
+/// # Safety
+/// `library` is NULL or a NUL-terminated string; `out` is NULL or valid for a write of
+/// `keepalloc_library_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn keepalloc_get_library_stats(
+    library: *const c_char,
+    out: *mut KeepallocLibraryStats,
+) -> KeepallocStatus {
+    if library.is_null() || out.is_null() {
+        return KeepallocStatus::InvalidArgument;
+    }
+    // SAFETY: non-NULL and NUL-terminated (the caller's promise).
+    let name = match unsafe { library_name(library) } {
+        Ok(name) => name,
+        Err(status) => return status,
+    };
+    // A library never acquired has run nothing: all zero.
+    let s = C_PROVIDER.library_stats(name).unwrap_or_default();
+    let stats = KeepallocLibraryStats {
+        init_attempts: s.init_attempts,
+        init_successes: s.init_successes,
+        initialized: u32::from(C_PROVIDER.is_initialized(name)),
+    };
+    // SAFETY: checked non-NULL; the caller promises it is writable.
+    unsafe { out.write(stats) };
+    KeepallocStatus::Ok
 }
 
 /// See `keepalloc.h`.

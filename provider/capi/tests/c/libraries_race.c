@@ -135,6 +135,21 @@ int main(void) {
   /* The default library was never initialized by either of them. */
   CHECK(keepalloc_library_initialized("default") == 0);
 
+  /* Per-library stats agree with what the hooks counted: alpha's attempts are its hook's
+   * calls plus the one throw, beta's its hook's calls; one success each. */
+  keepalloc_library_stats ls;
+  CHECK(keepalloc_get_library_stats("alpha", &ls) == KEEPALLOC_OK);
+  CHECK_EQ_U64(ls.init_attempts, (uint64_t)atomic_load(&libs[0].calls) + 1);
+  CHECK(ls.init_successes == 1 && ls.initialized == 1);
+  CHECK(keepalloc_get_library_stats("beta", &ls) == KEEPALLOC_OK);
+  CHECK_EQ_U64(ls.init_attempts, (uint64_t)atomic_load(&libs[1].calls));
+  CHECK(ls.init_successes == 1 && ls.initialized == 1);
+  CHECK(keepalloc_get_library_stats("never-acquired", &ls) == KEEPALLOC_OK);
+  CHECK(ls.init_attempts == 0 && ls.init_successes == 0 && ls.initialized == 0);
+  CHECK(keepalloc_get_library_stats(NULL, &ls) == KEEPALLOC_INVALID_ARGUMENT);
+  CHECK(keepalloc_get_library_stats("alpha", NULL) == KEEPALLOC_INVALID_ARGUMENT);
+  CHECK(keepalloc_get_library_stats("", &ls) == KEEPALLOC_INVALID_LIBRARY_NAME);
+
   printf("ok: libraries_race (alpha %d calls, beta %d calls, one owner, one throw)\n",
          atomic_load(&libs[0].calls), atomic_load(&libs[1].calls));
   return 0;
