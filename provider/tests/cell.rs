@@ -1,6 +1,8 @@
 //! The four guarantees of `KeepCell`, each with a test that fails without it.
 #![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
@@ -25,67 +27,71 @@ impl Drop for Owner {
 /// owner built by the failed attempt and built a second one.
 #[test]
 fn failed_publication_keeps_the_owner_and_retries_with_it() {
-    let drops = Arc::new(AtomicUsize::new(0));
-    let cell = KeepCell::new();
-    let mut seen = Vec::new();
-    for attempt in 0..4 {
-        let r = cell.get_or_try_init(
-            || {
-                Ok::<_, String>(Owner {
-                    drops: drops.clone(),
-                    value: 42,
-                })
-            },
-            |owner: &Owner| {
-                seen.push(owner as *const Owner as usize);
-                if attempt < 3 {
-                    Err(format!("attempt {attempt} failed"))
-                } else {
-                    Ok(())
-                }
-            },
+    common::without_deadlock(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let cell = KeepCell::new();
+        let mut seen = Vec::new();
+        for attempt in 0..4 {
+            let r = cell.get_or_try_init(
+                || {
+                    Ok::<_, String>(Owner {
+                        drops: drops.clone(),
+                        value: 42,
+                    })
+                },
+                |owner: &Owner| {
+                    seen.push(owner as *const Owner as usize);
+                    if attempt < 3 {
+                        Err(format!("attempt {attempt} failed"))
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
+            assert_eq!(r.is_ok(), attempt == 3, "{:?}", r.as_ref().err());
+            assert_eq!(
+                drops.load(SeqCst),
+                0,
+                "an owner was dropped by a failed attempt"
+            );
+        }
+        assert_eq!(seen.len(), 4);
+        assert!(
+            seen.windows(2).all(|w| w[0] == w[1]),
+            "owner moved: {seen:x?}"
         );
-        assert_eq!(r.is_ok(), attempt == 3, "{:?}", r.as_ref().err());
+        let s = cell.stats();
+        assert_eq!(
+            (s.owners_constructed, s.init_attempts, s.init_successes),
+            (1, 4, 1)
+        );
+        assert_eq!(cell.get().map(|o| o.value), Some(42));
+        assert_eq!(
+            cell.owner().map(|o| o as *const Owner as usize),
+            Some(seen[0])
+        );
+        drop(cell);
         assert_eq!(
             drops.load(SeqCst),
-            0,
-            "an owner was dropped by a failed attempt"
+            1,
+            "the owner is dropped with the cell, once"
         );
-    }
-    assert_eq!(seen.len(), 4);
-    assert!(
-        seen.windows(2).all(|w| w[0] == w[1]),
-        "owner moved: {seen:x?}"
-    );
-    let s = cell.stats();
-    assert_eq!(
-        (s.owners_constructed, s.init_attempts, s.init_successes),
-        (1, 4, 1)
-    );
-    assert_eq!(cell.get().map(|o| o.value), Some(42));
-    assert_eq!(
-        cell.owner().map(|o| o as *const Owner as usize),
-        Some(seen[0])
-    );
-    drop(cell);
-    assert_eq!(
-        drops.load(SeqCst),
-        1,
-        "the owner is dropped with the cell, once"
-    );
+    });
 }
 
 /// A failing `make_owner` builds nothing; the next attempt builds the one owner.
 #[test]
 fn failed_owner_construction_is_retried() {
-    let cell: KeepCell<u32> = KeepCell::new();
-    assert_eq!(cell.get_or_try_init(|| Err("oom"), |_| Ok(())), Err("oom"));
-    assert!(cell.owner().is_none());
-    assert_eq!(
-        cell.get_or_try_init(|| Ok(5), |_| Ok::<_, &str>(())),
-        Ok(&5)
-    );
-    assert_eq!(cell.stats().owners_constructed, 1);
+    common::without_deadlock(|| {
+        let cell: KeepCell<u32> = KeepCell::new();
+        assert_eq!(cell.get_or_try_init(|| Err("oom"), |_| Ok(())), Err("oom"));
+        assert!(cell.owner().is_none());
+        assert_eq!(
+            cell.get_or_try_init(|| Ok(5), |_| Ok::<_, &str>(())),
+            Ok(&5)
+        );
+        assert_eq!(cell.stats().owners_constructed, 1);
+    });
 }
 
 /// Guarantee 2: many threads released together; one owner, one publication, every caller
@@ -130,107 +136,113 @@ fn racing_first_callers_share_one_owner_and_one_publication() {
 /// same time); after it fails, they retry one at a time, with the same owner.
 #[test]
 fn waiters_block_during_an_attempt_and_retry_one_at_a_time() {
-    let cell: Arc<KeepCell<u64>> = Arc::new(KeepCell::new());
-    let running = Arc::new(AtomicUsize::new(0));
-    let max_running = Arc::new(AtomicUsize::new(0));
-    let failures_left = Arc::new(AtomicUsize::new(5));
-    let gate = Arc::new(Barrier::new(8));
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let (cell, running, max_running, failures_left, gate) = (
-                cell.clone(),
-                running.clone(),
-                max_running.clone(),
-                failures_left.clone(),
-                gate.clone(),
-            );
-            thread::spawn(move || {
-                gate.wait();
-                loop {
-                    let r = cell.get_or_try_init(
-                        || Ok(7),
-                        |_| {
-                            let now = running.fetch_add(1, SeqCst) + 1;
-                            max_running.fetch_max(now, SeqCst);
-                            thread::sleep(Duration::from_millis(2));
-                            running.fetch_sub(1, SeqCst);
-                            let fail = failures_left
-                                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                                .is_ok();
-                            if fail { Err(()) } else { Ok(()) }
-                        },
-                    );
-                    if let Ok(v) = r {
-                        return *v;
+    common::without_deadlock(|| {
+        let cell: Arc<KeepCell<u64>> = Arc::new(KeepCell::new());
+        let running = Arc::new(AtomicUsize::new(0));
+        let max_running = Arc::new(AtomicUsize::new(0));
+        let failures_left = Arc::new(AtomicUsize::new(5));
+        let gate = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (cell, running, max_running, failures_left, gate) = (
+                    cell.clone(),
+                    running.clone(),
+                    max_running.clone(),
+                    failures_left.clone(),
+                    gate.clone(),
+                );
+                thread::spawn(move || {
+                    gate.wait();
+                    loop {
+                        let r = cell.get_or_try_init(
+                            || Ok(7),
+                            |_| {
+                                let now = running.fetch_add(1, SeqCst) + 1;
+                                max_running.fetch_max(now, SeqCst);
+                                thread::sleep(Duration::from_millis(2));
+                                running.fetch_sub(1, SeqCst);
+                                let fail = failures_left
+                                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                                    .is_ok();
+                                if fail { Err(()) } else { Ok(()) }
+                            },
+                        );
+                        if let Ok(v) = r {
+                            return *v;
+                        }
                     }
-                }
+                })
             })
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), 7);
-    }
-    assert_eq!(max_running.load(SeqCst), 1, "two attempts ran at once");
-    let s = cell.stats();
-    assert_eq!(
-        (s.owners_constructed, s.init_attempts, s.init_successes),
-        (1, 6, 1)
-    );
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), 7);
+        }
+        assert_eq!(max_running.load(SeqCst), 1, "two attempts ran at once");
+        let s = cell.stats();
+        assert_eq!(
+            (s.owners_constructed, s.init_attempts, s.init_successes),
+            (1, 6, 1)
+        );
+    });
 }
 
 /// Guarantee 3 for panics: a panic in `publish` propagates to the caller that ran it, leaves
 /// the cell retryable and unpoisoned, and keeps the owner.
 #[test]
 fn panicking_publication_propagates_and_leaves_the_cell_retryable() {
-    let drops = Arc::new(AtomicUsize::new(0));
-    let cell = KeepCell::new();
-    let first = Mutex::new(None);
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        cell.get_or_try_init(
-            || {
-                Ok::<_, ()>(Owner {
-                    drops: drops.clone(),
-                    value: 1,
-                })
-            },
-            |o: &Owner| -> Result<(), ()> {
-                *first.lock().unwrap() = Some(o as *const Owner as usize);
-                panic!("library init exploded")
-            },
-        )
-        .map(|_| ())
-    }));
-    let payload = r.expect_err("the panic must reach the caller");
-    assert_eq!(
-        payload.downcast_ref::<&str>(),
-        Some(&"library init exploded")
-    );
-    assert!(!cell.is_published());
-    assert_eq!(drops.load(SeqCst), 0);
-    let owner = cell
-        .get_or_try_init(
-            || unreachable!("the owner exists already"),
-            |_| Ok::<_, ()>(()),
-        )
-        .unwrap();
-    assert_eq!(Some(owner as *const Owner as usize), *first.lock().unwrap());
-    let s = cell.stats();
-    assert_eq!(
-        (s.owners_constructed, s.init_attempts, s.init_successes),
-        (1, 2, 1)
-    );
+    common::without_deadlock(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let cell = KeepCell::new();
+        let first = Mutex::new(None);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            cell.get_or_try_init(
+                || {
+                    Ok::<_, ()>(Owner {
+                        drops: drops.clone(),
+                        value: 1,
+                    })
+                },
+                |o: &Owner| -> Result<(), ()> {
+                    *first.lock().unwrap() = Some(o as *const Owner as usize);
+                    panic!("library init exploded")
+                },
+            )
+            .map(|_| ())
+        }));
+        let payload = r.expect_err("the panic must reach the caller");
+        assert_eq!(
+            payload.downcast_ref::<&str>(),
+            Some(&"library init exploded")
+        );
+        assert!(!cell.is_published());
+        assert_eq!(drops.load(SeqCst), 0);
+        let owner = cell
+            .get_or_try_init(
+                || unreachable!("the owner exists already"),
+                |_| Ok::<_, ()>(()),
+            )
+            .unwrap();
+        assert_eq!(Some(owner as *const Owner as usize), *first.lock().unwrap());
+        let s = cell.stats();
+        assert_eq!(
+            (s.owners_constructed, s.init_attempts, s.init_successes),
+            (1, 2, 1)
+        );
+    });
 }
 
 /// A panic while constructing the owner: nothing constructed, retryable.
 #[test]
 fn panicking_owner_construction_is_retryable() {
-    let cell: KeepCell<u8> = KeepCell::new();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        let _ = cell.get_or_try_init(|| -> Result<u8, ()> { panic!("ctor") }, |_| Ok(()));
-    }));
-    assert!(r.is_err());
-    assert!(cell.owner().is_none());
-    assert_eq!(cell.get_or_try_init(|| Ok::<_, ()>(3), |_| Ok(())), Ok(&3));
+    common::without_deadlock(|| {
+        let cell: KeepCell<u8> = KeepCell::new();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let _ = cell.get_or_try_init(|| -> Result<u8, ()> { panic!("ctor") }, |_| Ok(()));
+        }));
+        assert!(r.is_err());
+        assert!(cell.owner().is_none());
+        assert_eq!(cell.get_or_try_init(|| Ok::<_, ()>(3), |_| Ok(())), Ok(&3));
+    });
 }
 
 /// Guarantee 4 (behaviour part; the cost is in `benches/fast_path.rs`): once published, the

@@ -1,6 +1,8 @@
 //! One owner, several libraries: each library's init hook runs in its own retry-safe once on
 //! top of the owner's once (`GlobalProvider::acquire_library`).
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Barrier, mpsc};
@@ -15,50 +17,52 @@ use keepalloc_provider::{
 
 #[test]
 fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-    static CALLS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    static SUCCESSES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    let names = ["xnnpack", "onednn"];
-    let barrier = Barrier::new(32);
-    let tables: Vec<usize> = thread::scope(|s| {
-        let handles: Vec<_> = (0..32)
-            .map(|i| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let lib = i % 2;
-                    barrier.wait();
-                    loop {
-                        // The first three hooks of each library fail: the retries must use the
-                        // same owner, and every library must still be initialized exactly once.
-                        let r = GLOBAL.acquire_library(names[lib], |_| {
-                            if CALLS[lib].fetch_add(1, SeqCst) < 3 {
-                                Err(InitError::new("not yet"))
-                            } else {
-                                SUCCESSES[lib].fetch_add(1, SeqCst);
-                                Ok(())
+    common::without_deadlock(|| {
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+        static CALLS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        static SUCCESSES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        let names = ["xnnpack", "onednn"];
+        let barrier = Barrier::new(32);
+        let tables: Vec<usize> = thread::scope(|s| {
+            let handles: Vec<_> = (0..32)
+                .map(|i| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let lib = i % 2;
+                        barrier.wait();
+                        loop {
+                            // The first three hooks of each library fail: the retries must use the
+                            // same owner, and every library must still be initialized exactly once.
+                            let r = GLOBAL.acquire_library(names[lib], |_| {
+                                if CALLS[lib].fetch_add(1, SeqCst) < 3 {
+                                    Err(InitError::new("not yet"))
+                                } else {
+                                    SUCCESSES[lib].fetch_add(1, SeqCst);
+                                    Ok(())
+                                }
+                            });
+                            match r {
+                                Ok((h, _)) => break h.table() as *const AllocatorTable as usize,
+                                Err(ProviderError::InitFailed(_)) => continue,
+                                Err(e) => panic!("{e}"),
                             }
-                        });
-                        match r {
-                            Ok((h, _)) => break h.table() as *const AllocatorTable as usize,
-                            Err(ProviderError::InitFailed(_)) => continue,
-                            Err(e) => panic!("{e}"),
                         }
-                    }
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(tables.windows(2).all(|w| w[0] == w[1]), "one table for all");
+        assert_eq!(GLOBAL.stats().owners_constructed, 1);
+        for lib in 0..2 {
+            assert_eq!(SUCCESSES[lib].load(SeqCst), 1, "{}", names[lib]);
+            assert_eq!(CALLS[lib].load(SeqCst), 4, "{}", names[lib]);
+            let stats = GLOBAL.library_stats(names[lib]).unwrap();
+            assert_eq!((stats.init_attempts, stats.init_successes), (4, 1));
+            assert!(GLOBAL.is_initialized(names[lib]));
+        }
+        assert!(!GLOBAL.is_initialized("default"), "no default hook was run");
     });
-    assert!(tables.windows(2).all(|w| w[0] == w[1]), "one table for all");
-    assert_eq!(GLOBAL.stats().owners_constructed, 1);
-    for lib in 0..2 {
-        assert_eq!(SUCCESSES[lib].load(SeqCst), 1, "{}", names[lib]);
-        assert_eq!(CALLS[lib].load(SeqCst), 4, "{}", names[lib]);
-        let stats = GLOBAL.library_stats(names[lib]).unwrap();
-        assert_eq!((stats.init_attempts, stats.init_successes), (4, 1));
-        assert!(GLOBAL.is_initialized(names[lib]));
-    }
-    assert!(!GLOBAL.is_initialized("default"), "no default hook was run");
 }
 
 #[test]
@@ -133,23 +137,9 @@ fn bad_names_are_typed_errors_and_register_nothing() {
     assert_eq!(GLOBAL.stats().owners_constructed, 1);
 }
 
-/// Runs `f` on its own thread and fails if it has not returned within a bound far beyond
-/// any uncontended call (a deadlock detector, not a timing measurement): a broken re-entry
-/// check deadlocks, and the test must then fail, not hang the run.
-fn without_deadlock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    // Miri interprets every instruction: give it the same bound in its own time.
-    let bound = if cfg!(miri) { 600 } else { 10 };
-    rx.recv_timeout(std::time::Duration::from_secs(bound))
-        .expect("deadlocked: a re-entering call waited for its own attempt")
-}
-
 #[test]
 fn reentering_its_own_library_is_an_error_not_a_deadlock() {
-    without_deadlock(reentering_body);
+    common::without_deadlock(reentering_body);
 }
 
 fn reentering_body() {
@@ -181,37 +171,41 @@ fn reentering_body() {
 
 #[test]
 fn the_backend_constructor_reentering_its_provider_is_an_error() {
-    static REENTRY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-    fn make() -> Result<System, allocator_api2::alloc::AllocError> {
-        let e = GLOBAL.publish().unwrap_err();
-        *REENTRY.lock().unwrap() = Some(e.to_string());
-        Ok(System)
-    }
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(make, None);
-    GLOBAL.publish().unwrap();
-    let msg = REENTRY.lock().unwrap().clone().unwrap();
-    assert!(msg.contains("owner construction"), "{msg}");
+    common::without_deadlock(|| {
+        static REENTRY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+        fn make() -> Result<System, allocator_api2::alloc::AllocError> {
+            let e = GLOBAL.publish().unwrap_err();
+            *REENTRY.lock().unwrap() = Some(e.to_string());
+            Ok(System)
+        }
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(make, None);
+        GLOBAL.publish().unwrap();
+        let msg = REENTRY.lock().unwrap().clone().unwrap();
+        assert!(msg.contains("owner construction"), "{msg}");
+    });
 }
 
 #[test]
 fn a_panicking_hook_resets_its_library_only() {
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-    GLOBAL.acquire_library("steady", |_| Ok(())).unwrap();
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        GLOBAL.acquire_library("flaky", |_| panic!("hook panicked"))
-    }));
-    assert!(r.is_err());
-    assert!(!GLOBAL.is_initialized("flaky"));
-    assert!(GLOBAL.is_initialized("steady"));
-    let owner = GLOBAL.owner().unwrap() as *const _;
-    let (h, ran) = GLOBAL.acquire_library("flaky", |_| Ok(())).unwrap();
-    assert_eq!(ran, HookRan::Ran);
-    assert!(
-        std::ptr::eq(h.owner(), owner),
-        "the retry used the same owner"
-    );
-    // The re-entry marker was cleared by the unwinding: no false "re-entered" now.
-    assert!(GLOBAL.acquire_library("flaky2", |_| Ok(())).is_ok());
+    common::without_deadlock(|| {
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+        GLOBAL.acquire_library("steady", |_| Ok(())).unwrap();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            GLOBAL.acquire_library("flaky", |_| panic!("hook panicked"))
+        }));
+        assert!(r.is_err());
+        assert!(!GLOBAL.is_initialized("flaky"));
+        assert!(GLOBAL.is_initialized("steady"));
+        let owner = GLOBAL.owner().unwrap() as *const _;
+        let (h, ran) = GLOBAL.acquire_library("flaky", |_| Ok(())).unwrap();
+        assert_eq!(ran, HookRan::Ran);
+        assert!(
+            std::ptr::eq(h.owner(), owner),
+            "the retry used the same owner"
+        );
+        // The re-entry marker was cleared by the unwinding: no false "re-entered" now.
+        assert!(GLOBAL.acquire_library("flaky2", |_| Ok(())).is_ok());
+    });
 }
 
 #[test]
@@ -226,9 +220,10 @@ fn libraries_do_not_wait_for_each_others_hooks() {
                 .acquire_library("slow", |_| {
                     entered_tx.send(()).unwrap();
                     // Held until library "fast" has finished on the other thread; if "fast"
-                    // waited for this hook, this would time out.
+                    // waited for this hook, this times out (a deadlock bound, not a timing
+                    // measurement: the test fails instead of hanging).
                     done_rx
-                        .recv_timeout(Duration::from_secs(60))
+                        .recv_timeout(Duration::from_secs(if cfg!(miri) { 600 } else { 10 }))
                         .map_err(|_| InitError::new("the other library waited for this hook"))
                 })
                 .unwrap();

@@ -4,6 +4,8 @@
 //! it covers is replaced by a constant (`cargo xtask mutants` checks that).
 #![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
+mod common;
+
 use core::alloc::Layout;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
@@ -13,74 +15,80 @@ use keepalloc_provider::{GlobalProvider, InitError, KeepCell, Provider, Provider
 
 #[test]
 fn is_published_is_false_until_a_publication_succeeds() {
-    let cell: KeepCell<u32> = KeepCell::new();
-    assert!(!cell.is_published(), "an empty cell is not published");
+    common::without_deadlock(|| {
+        let cell: KeepCell<u32> = KeepCell::new();
+        assert!(!cell.is_published(), "an empty cell is not published");
 
-    let failed = cell.get_or_try_init(|| Ok::<_, &str>(7), |_| Err("init failed"));
-    assert_eq!(failed, Err("init failed"));
-    assert!(!cell.is_published(), "a failed attempt must not publish");
-    assert_eq!(cell.owner(), Some(&7), "the owner is kept");
-    assert_eq!(cell.get(), None);
+        let failed = cell.get_or_try_init(|| Ok::<_, &str>(7), |_| Err("init failed"));
+        assert_eq!(failed, Err("init failed"));
+        assert!(!cell.is_published(), "a failed attempt must not publish");
+        assert_eq!(cell.owner(), Some(&7), "the owner is kept");
+        assert_eq!(cell.get(), None);
 
-    let owner = cell
-        .get_or_try_init(|| Ok::<_, &str>(8), |_| Ok(()))
-        .unwrap();
-    assert_eq!(*owner, 7, "the retry published the kept owner");
-    assert!(cell.is_published());
-    assert_eq!(cell.get(), Some(&7));
+        let owner = cell
+            .get_or_try_init(|| Ok::<_, &str>(8), |_| Ok(()))
+            .unwrap();
+        assert_eq!(*owner, 7, "the retry published the kept owner");
+        assert!(cell.is_published());
+        assert_eq!(cell.get(), Some(&7));
+    });
 }
 
 #[test]
 fn keep_cell_debug_shows_publication_and_counters() {
-    let cell: KeepCell<u32> = KeepCell::new();
-    let before = format!("{cell:?}");
-    assert!(before.starts_with("KeepCell {"), "{before}");
-    assert!(before.contains("published: false"), "{before}");
-    assert!(before.contains("owners_constructed: 0"), "{before}");
+    common::without_deadlock(|| {
+        let cell: KeepCell<u32> = KeepCell::new();
+        let before = format!("{cell:?}");
+        assert!(before.starts_with("KeepCell {"), "{before}");
+        assert!(before.contains("published: false"), "{before}");
+        assert!(before.contains("owners_constructed: 0"), "{before}");
 
-    let _ = cell.get_or_try_init(|| Ok::<_, ()>(1), |_| Err(()));
-    cell.get_or_try_init(|| Ok::<_, ()>(2), |_| Ok(())).unwrap();
-    let after = format!("{cell:?}");
-    assert!(after.contains("published: true"), "{after}");
-    assert!(after.contains("owners_constructed: 1"), "{after}");
-    assert!(after.contains("init_attempts: 2"), "{after}");
-    assert!(after.contains("init_successes: 1"), "{after}");
+        let _ = cell.get_or_try_init(|| Ok::<_, ()>(1), |_| Err(()));
+        cell.get_or_try_init(|| Ok::<_, ()>(2), |_| Ok(())).unwrap();
+        let after = format!("{cell:?}");
+        assert!(after.contains("published: true"), "{after}");
+        assert!(after.contains("owners_constructed: 1"), "{after}");
+        assert!(after.contains("init_attempts: 2"), "{after}");
+        assert!(after.contains("init_successes: 1"), "{after}");
+    });
 }
 
 #[test]
 fn get_is_none_until_published_then_the_acquired_handle() {
-    static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(1);
-    fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
-        if FAILURES_LEFT
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(InitError::new("not yet"));
+    common::without_deadlock(|| {
+        static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(1);
+        fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
+            if FAILURES_LEFT
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(InitError::new("not yet"));
+            }
+            Ok(())
         }
-        Ok(())
-    }
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
 
-    assert!(GLOBAL.get().is_none(), "nothing published yet");
-    assert!(matches!(
-        GLOBAL.acquire(),
-        Err(ProviderError::InitFailed(_))
-    ));
-    assert!(
-        GLOBAL.owner().is_some(),
-        "the owner is kept after the failure"
-    );
-    assert!(
-        GLOBAL.get().is_none(),
-        "an owner that failed to publish is not returned"
-    );
+        assert!(GLOBAL.get().is_none(), "nothing published yet");
+        assert!(matches!(
+            GLOBAL.acquire(),
+            Err(ProviderError::InitFailed(_))
+        ));
+        assert!(
+            GLOBAL.owner().is_some(),
+            "the owner is kept after the failure"
+        );
+        assert!(
+            GLOBAL.get().is_none(),
+            "an owner that failed to publish is not returned"
+        );
 
-    let handle = GLOBAL.acquire().unwrap();
-    assert_eq!(GLOBAL.get(), Some(handle));
-    let got = GLOBAL.get().unwrap();
-    assert!(std::ptr::eq(got.owner(), handle.owner()));
-    assert!(std::ptr::eq(got.table(), handle.table()));
-    assert_eq!(GLOBAL.stats().init_attempts, 2, "get runs no attempt");
+        let handle = GLOBAL.acquire().unwrap();
+        assert_eq!(GLOBAL.get(), Some(handle));
+        let got = GLOBAL.get().unwrap();
+        assert!(std::ptr::eq(got.owner(), handle.owner()));
+        assert!(std::ptr::eq(got.table(), handle.table()));
+        assert_eq!(GLOBAL.stats().init_attempts, 2, "get runs no attempt");
+    });
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! the once; failures are retried with the owner the library may already have captured.
 #![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
@@ -90,78 +92,84 @@ fn sessions_created_together_share_one_owner() {
 
 #[test]
 fn init_failing_after_capture_is_retried_with_the_same_owner() {
-    static LIB: Library = Library::new();
-    static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(3);
-    fn init(t: &'static AllocatorTable) -> Result<(), InitError> {
-        LIB.initialize(t); // the library captures the table, then init fails
-        if FAILURES_LEFT
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(InitError::new("weights not ready"));
+    common::without_deadlock(|| {
+        static LIB: Library = Library::new();
+        static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(3);
+        fn init(t: &'static AllocatorTable) -> Result<(), InitError> {
+            LIB.initialize(t); // the library captures the table, then init fails
+            if FAILURES_LEFT
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(InitError::new("weights not ready"));
+            }
+            Ok(())
         }
-        Ok(())
-    }
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
 
-    let session = Provider::with_global(&GLOBAL);
-    for _ in 0..3 {
-        let err = session.preferred_allocator().unwrap_err();
-        assert!(matches!(err, ProviderError::InitFailed(_)), "{err}");
-        assert!(err.to_string().contains("weights not ready"));
-        assert!(GLOBAL.get().is_none());
-    }
-    let first_owner = GLOBAL.owner().expect("owner kept after failures") as *const _;
-    let h = session.preferred_allocator().unwrap();
-    assert!(std::ptr::eq(h.owner(), first_owner));
-    let s = GLOBAL.stats();
-    assert_eq!(
-        (s.owners_constructed, s.init_attempts, s.init_successes),
-        (1, 4, 1)
-    );
-    LIB.use_captured(h.table());
+        let session = Provider::with_global(&GLOBAL);
+        for _ in 0..3 {
+            let err = session.preferred_allocator().unwrap_err();
+            assert!(matches!(err, ProviderError::InitFailed(_)), "{err}");
+            assert!(err.to_string().contains("weights not ready"));
+            assert!(GLOBAL.get().is_none());
+        }
+        let first_owner = GLOBAL.owner().expect("owner kept after failures") as *const _;
+        let h = session.preferred_allocator().unwrap();
+        assert!(std::ptr::eq(h.owner(), first_owner));
+        let s = GLOBAL.stats();
+        assert_eq!(
+            (s.owners_constructed, s.init_attempts, s.init_successes),
+            (1, 4, 1)
+        );
+        LIB.use_captured(h.table());
+    });
 }
 
 #[test]
 fn panicking_init_propagates_then_succeeds() {
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
-    fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
-        if CALLS.fetch_add(1, SeqCst) == 0 {
-            panic!("init panicked");
+    common::without_deadlock(|| {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
+            if CALLS.fetch_add(1, SeqCst) == 0 {
+                panic!("init panicked");
+            }
+            Ok(())
         }
-        Ok(())
-    }
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
-    let r = catch_unwind(AssertUnwindSafe(|| GLOBAL.acquire()));
-    assert!(r.is_err());
-    let kept = GLOBAL.owner().unwrap() as *const _;
-    let h = GLOBAL.acquire().unwrap();
-    assert!(std::ptr::eq(h.owner(), kept));
-    assert_eq!(GLOBAL.stats().owners_constructed, 1);
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
+        let r = catch_unwind(AssertUnwindSafe(|| GLOBAL.acquire()));
+        assert!(r.is_err());
+        let kept = GLOBAL.owner().unwrap() as *const _;
+        let h = GLOBAL.acquire().unwrap();
+        assert!(std::ptr::eq(h.owner(), kept));
+        assert_eq!(GLOBAL.stats().owners_constructed, 1);
+    });
 }
 
 #[test]
 fn owner_construction_failure_is_out_of_memory_and_retryable() {
-    static BUILDS: AtomicUsize = AtomicUsize::new(0);
-    fn make() -> Result<System, AllocError> {
-        if BUILDS.fetch_add(1, SeqCst) < 2 {
-            Err(AllocError)
-        } else {
-            Ok(System)
+    common::without_deadlock(|| {
+        static BUILDS: AtomicUsize = AtomicUsize::new(0);
+        fn make() -> Result<System, AllocError> {
+            if BUILDS.fetch_add(1, SeqCst) < 2 {
+                Err(AllocError)
+            } else {
+                Ok(System)
+            }
         }
-    }
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(make, None);
-    for _ in 0..2 {
-        assert!(matches!(GLOBAL.acquire(), Err(ProviderError::OutOfMemory)));
-        assert!(GLOBAL.owner().is_none());
-    }
-    GLOBAL.acquire().unwrap();
-    let s = GLOBAL.stats();
-    // Three attempts of the owner's once; a provider without a hook runs no library's once.
-    assert_eq!(
-        (s.owners_constructed, s.owner_attempts, s.init_attempts),
-        (1, 3, 0)
-    );
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(make, None);
+        for _ in 0..2 {
+            assert!(matches!(GLOBAL.acquire(), Err(ProviderError::OutOfMemory)));
+            assert!(GLOBAL.owner().is_none());
+        }
+        GLOBAL.acquire().unwrap();
+        let s = GLOBAL.stats();
+        // Three attempts of the owner's once; a provider without a hook runs no library's once.
+        assert_eq!(
+            (s.owners_constructed, s.owner_attempts, s.init_attempts),
+            (1, 3, 0)
+        );
+    });
 }
 
 #[test]
@@ -182,17 +190,19 @@ fn default_provider_is_shared_and_is_an_allocator() {
 
 #[test]
 fn acquire_with_uses_this_calls_hook_only_while_unpublished() {
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-    let err = GLOBAL
-        .acquire_with(|_| Err(InitError::code(-7)))
-        .unwrap_err();
-    match err {
-        ProviderError::InitFailed(e) => assert_eq!(e.status(), Some(-7)),
-        other => panic!("{other}"),
-    }
-    GLOBAL.acquire_with(|_| Ok(())).unwrap();
-    // Published: a failing hook is not run any more.
-    GLOBAL
-        .acquire_with(|_| panic!("hook ran after publication"))
-        .unwrap();
+    common::without_deadlock(|| {
+        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+        let err = GLOBAL
+            .acquire_with(|_| Err(InitError::code(-7)))
+            .unwrap_err();
+        match err {
+            ProviderError::InitFailed(e) => assert_eq!(e.status(), Some(-7)),
+            other => panic!("{other}"),
+        }
+        GLOBAL.acquire_with(|_| Ok(())).unwrap();
+        // Published: a failing hook is not run any more.
+        GLOBAL
+            .acquire_with(|_| panic!("hook ran after publication"))
+            .unwrap();
+    });
 }

@@ -1,6 +1,8 @@
 //! The library registry seen through its public face: name bounds, one once per name
 //! (compared by content), independent libraries on one owner, and `publish_get`.
 
+mod common;
+
 use keepalloc_allocators::System;
 use keepalloc_provider::{
     GlobalProvider, HookRan, LibraryError, MAX_LIBRARIES, MAX_LIBRARY_NAME, ProviderError,
@@ -30,25 +32,27 @@ static TWO: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
 
 #[test]
 fn each_name_has_its_own_once_and_the_same_name_shares_it() {
-    assert!(TWO.publish_get().is_none(), "nothing published yet");
-    let (a, ran) = TWO.acquire_library("alpha", |_| Ok(())).unwrap();
-    assert_eq!(ran, HookRan::Ran);
-    assert_eq!(TWO.publish_get(), Some(a), "published: the same handle");
-    // A name equal by content (a different String) is the same library: its hook is skipped.
-    let again = String::from("alp") + "ha";
-    let (b, ran) = TWO
-        .acquire_library(&again, |_| panic!("alpha's hook must not run twice"))
-        .unwrap();
-    assert_eq!((b, ran), (a, HookRan::AlreadyInitialized));
-    // Another name is another library: its own hook runs, failures retry, on the same owner.
-    let failed = TWO.acquire_library("beta", |_| Err(keepalloc_provider::InitError::new("no")));
-    assert!(matches!(failed, Err(ProviderError::InitFailed(_))));
-    assert!(!TWO.is_initialized("beta") && TWO.is_initialized("alpha"));
-    let (c, ran) = TWO.acquire_library("beta", |_| Ok(())).unwrap();
-    assert_eq!((c, ran), (a, HookRan::Ran));
-    assert_eq!(TWO.library_stats("beta").unwrap().init_attempts, 2);
-    assert_eq!(TWO.library_stats("alpha").unwrap().init_attempts, 1);
-    assert!(TWO.library_stats("gamma").is_none(), "never acquired");
+    common::without_deadlock(|| {
+        assert!(TWO.publish_get().is_none(), "nothing published yet");
+        let (a, ran) = TWO.acquire_library("alpha", |_| Ok(())).unwrap();
+        assert_eq!(ran, HookRan::Ran);
+        assert_eq!(TWO.publish_get(), Some(a), "published: the same handle");
+        // A name equal by content (a different String) is the same library: its hook is skipped.
+        let again = String::from("alp") + "ha";
+        let (b, ran) = TWO
+            .acquire_library(&again, |_| panic!("alpha's hook must not run twice"))
+            .unwrap();
+        assert_eq!((b, ran), (a, HookRan::AlreadyInitialized));
+        // Another name is another library: its own hook runs, failures retry, on the same owner.
+        let failed = TWO.acquire_library("beta", |_| Err(keepalloc_provider::InitError::new("no")));
+        assert!(matches!(failed, Err(ProviderError::InitFailed(_))));
+        assert!(!TWO.is_initialized("beta") && TWO.is_initialized("alpha"));
+        let (c, ran) = TWO.acquire_library("beta", |_| Ok(())).unwrap();
+        assert_eq!((c, ran), (a, HookRan::Ran));
+        assert_eq!(TWO.library_stats("beta").unwrap().init_attempts, 2);
+        assert_eq!(TWO.library_stats("alpha").unwrap().init_attempts, 1);
+        assert!(TWO.library_stats("gamma").is_none(), "never acquired");
+    });
 }
 
 static FULL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);

@@ -52,8 +52,6 @@ fn a_library_once_says_running_only_inside_its_hook_and_debug_says_its_state() {
 }
 
 static FORKED: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-static INSIDE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
-static RELEASE: LazyLock<Barrier> = LazyLock::new(|| Barrier::new(2));
 
 /// `after_fork_in_child` called while another thread is inside a library's hook (what a
 /// fork in the middle of that hook leaves the child with): that library's attempt is
@@ -67,14 +65,18 @@ fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
     for name in ["first", "second"] {
         FORKED.acquire_library(name, |_| Ok(())).unwrap();
     }
-    let hook = std::thread::spawn(|| {
-        FORKED.acquire_library("busy", |_| {
-            INSIDE.wait();
-            RELEASE.wait();
+    let (inside_tx, inside_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let hook = std::thread::spawn(move || {
+        FORKED.acquire_library("busy", move |_| {
+            inside_tx.send(()).unwrap();
+            let _ = release_rx.recv();
             Ok(())
         })
     });
-    INSIDE.wait();
+    inside_rx
+        .recv_timeout(Duration::from_secs(if cfg!(miri) { 600 } else { 10 }))
+        .expect("the hook of library \"busy\" never ran (its name shares a once with another)");
     FORKED.after_fork_in_child();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -99,7 +101,7 @@ fn after_fork_orphans_only_the_attempts_other_threads_were_running() {
         .acquire_library("idle", |_| Ok(()))
         .expect("a library whose hook was not running is unaffected");
     assert_eq!(ran, HookRan::Ran);
-    RELEASE.wait();
+    release_tx.send(()).unwrap();
     hook.join()
         .unwrap()
         .expect("the parent's own hook finishes");
