@@ -320,8 +320,7 @@ fn raii_example(ctx: &Ctx, xnnpack: Option<&Path>) -> Result<(), String> {
 /// The wheel's ONNX Runtime library, from `target/runtimes/runtimes.json`
 /// (`cargo xtask runtimes`).
 fn onnxruntime_library() -> Option<PathBuf> {
-    let text =
-        std::fs::read_to_string(util::root().join("target/runtimes/runtimes.json")).ok()?;
+    let text = std::fs::read_to_string(util::root().join("target/runtimes/runtimes.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let p = PathBuf::from(v["onnxruntime"]["library"].as_str()?);
     p.is_file().then_some(p)
@@ -331,9 +330,11 @@ fn onnxruntime_library() -> Option<PathBuf> {
 fn ort_register(ctx: &Ctx) -> Result<(), String> {
     let Some(library) = onnxruntime_library() else {
         if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-            return Err("CI=true and target/runtimes/runtimes.json names no ONNX Runtime \
+            return Err(
+                "CI=true and target/runtimes/runtimes.json names no ONNX Runtime \
                         library: run `cargo xtask runtimes` first"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         println!("c-test: ort_register NOT RUN: no ONNX Runtime (run `cargo xtask runtimes`)");
         return Ok(());
