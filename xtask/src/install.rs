@@ -347,6 +347,42 @@ pub fn test(args: &[String]) -> Result<(), String> {
         "install-test: static: {}",
         output(&mut Command::new(&static_bin))?
     );
+
+    // Negative control: the same static link without Libs.private (what a .pc file that forgot
+    // them would give) must fail, with undefined references: the libraries rustc printed are
+    // really needed, so the static check above tests the .pc file and not a lucky link.
+    let without_private: Vec<String> = pkg_config(&["--cflags", "--libs"])?
+        .into_iter()
+        .map(|f| {
+            if f == "-lkeepalloc" {
+                "-l:libkeepalloc.a".into()
+            } else {
+                f
+            }
+        })
+        .collect();
+    let control = Command::new(&cc)
+        .arg("-std=c11")
+        .arg(&source)
+        .args(&without_private)
+        .arg("-o")
+        .arg(dir.join("program-static-without-private"))
+        .output()
+        .map_err(|e| format!("cannot run {cc}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&control.stderr);
+    if control.status.success() || !stderr.contains("undefined reference") {
+        return Err(format!(
+            "control: a static link without Libs.private ({}) must fail with undefined \
+             references, got {}:\n{stderr}",
+            without_private.join(" "),
+            control.status
+        ));
+    }
+    let first = stderr
+        .lines()
+        .find(|l| l.contains("undefined reference"))
+        .unwrap_or_default();
+    println!("install-test: control: static link without Libs.private fails, as it must: {first}");
     println!("install-test: ok");
     Ok(())
 }
