@@ -1,26 +1,182 @@
-//! A wrapper that counts what passes through it, with relaxed atomics and no lock.
+//! A wrapper that counts what passes through it, on per-thread shards: no lock, and no atomic
+//! read-modify-write on a shared cache line in the common case.
 
 use core::alloc::Layout;
+use core::cell::Cell;
+use core::fmt;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicIsize, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-/// Counts allocations, frees, resizes, failures, live bytes and peak live bytes of the
-/// allocator it wraps.
-///
-/// Every counter is a relaxed atomic: counting never takes a lock and never orders memory, so
-/// a snapshot taken while other threads allocate is a consistent-enough picture, not an
-/// atomic one. Bytes are the `Layout` sizes requested from the wrapped allocator.
-#[derive(Debug, Default)]
-pub struct Counting<A> {
-    inner: A,
+use crate::SizelessFree;
+
+/// Thread slots with a private shard. A thread claims the lowest free slot at its first
+/// counted call and gives it back when it exits; threads beyond this many live at once, and a
+/// thread's calls made after its slot was given back (other thread-local destructors), use the
+/// shared shard with atomic read-modify-writes.
+const SLOTS: usize = 64;
+/// The index of the shared shard.
+const SHARED: usize = SLOTS;
+/// A thread that has not claimed a slot yet.
+const UNSET: usize = usize::MAX;
+
+/// Bit `i` set: slot `i` belongs to a live thread (its shard has exactly one writer).
+static SLOTS_TAKEN: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's slot: `UNSET`, a private slot below `SLOTS`, or `SHARED`. Constant
+    /// initialised and without a destructor, so reading it is one load and never fails.
+    static SLOT: Cell<usize> = const { Cell::new(UNSET) };
+    /// Gives the slot back when the thread exits (registered before a slot is claimed).
+    static RELEASE: SlotRelease = const { SlotRelease };
+}
+
+struct SlotRelease;
+
+impl Drop for SlotRelease {
+    fn drop(&mut self) {
+        // From here on this thread counts on the shared shard (other destructors may still
+        // allocate), and its slot may go to a new thread: the `Release` hands over the
+        // shard's values to the next owner's `Acquire`.
+        let slot = SLOT.with(|s| s.replace(SHARED));
+        if slot < SLOTS {
+            SLOTS_TAKEN.fetch_and(!(1u64 << slot), Release);
+        }
+    }
+}
+
+/// This thread's shard index.
+#[inline(always)]
+fn slot() -> usize {
+    let s = SLOT.with(Cell::get);
+    if s != UNSET { s } else { claim_slot() }
+}
+
+#[cold]
+#[inline(never)]
+fn claim_slot() -> usize {
+    // Register the release first: a thread that cannot (it is already being torn down) must
+    // never own a slot it would not give back.
+    let slot = if RELEASE.try_with(|_| ()).is_err() {
+        SHARED
+    } else {
+        let mut taken = SLOTS_TAKEN.load(Relaxed);
+        loop {
+            if taken == u64::MAX {
+                break SHARED;
+            }
+            let free = (!taken).trailing_zeros() as usize;
+            // `Acquire` pairs with the previous owner's `Release` in `SlotRelease::drop`.
+            match SLOTS_TAKEN.compare_exchange_weak(taken, taken | (1u64 << free), Acquire, Relaxed)
+            {
+                Ok(_) => break free,
+                Err(now) => taken = now,
+            }
+        }
+    };
+    SLOT.with(|s| s.set(slot));
+    slot
+}
+
+/// One thread slot's counters, alone on its cache lines (128 bytes: the adjacent-line
+/// prefetcher pulls lines in pairs).
+#[repr(align(128))]
+struct Shard {
     allocations: AtomicU64,
     deallocations: AtomicU64,
     reallocations: AtomicU64,
     failures: AtomicU64,
-    live_bytes: AtomicUsize,
-    peak_bytes: AtomicUsize,
+    /// Bytes allocated minus bytes freed through this slot (below zero when this slot frees
+    /// blocks other slots allocated).
+    live: AtomicIsize,
+    /// The highest `live` this slot has seen.
+    peak: AtomicIsize,
+}
+
+impl Shard {
+    const fn new() -> Self {
+        Shard {
+            allocations: AtomicU64::new(0),
+            deallocations: AtomicU64::new(0),
+            reallocations: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            live: AtomicIsize::new(0),
+            peak: AtomicIsize::new(0),
+        }
+    }
+}
+
+/// Adds to a counter: a plain load and store on a private shard (its one writer is this
+/// thread), an atomic add on the shared one.
+#[inline(always)]
+fn add_u64(shared: bool, c: &AtomicU64, n: u64) {
+    if shared {
+        c.fetch_add(n, Relaxed);
+    } else {
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+}
+
+#[inline(always)]
+fn add_live(shared: bool, shard: &Shard, bytes: isize) {
+    if shared {
+        let now = shard.live.fetch_add(bytes, Relaxed).wrapping_add(bytes);
+        if bytes > 0 {
+            shard.peak.fetch_max(now, Relaxed);
+        }
+    } else {
+        let now = shard.live.load(Relaxed).wrapping_add(bytes);
+        shard.live.store(now, Relaxed);
+        if now > shard.peak.load(Relaxed) {
+            shard.peak.store(now, Relaxed);
+        }
+    }
+}
+
+/// Counts allocations, frees, resizes, failures, live bytes and peak live bytes of the
+/// allocator it wraps.
+///
+/// The counters live on per-thread shards (64 thread slots, each on its own 128-byte line, and
+/// one shared shard for threads beyond those), summed by [`stats`](Self::stats): counting
+/// takes no lock and, on a thread's own slot, does no atomic read-modify-write, so threads
+/// allocating at once do not serialize on a cache line. A snapshot taken while other threads
+/// allocate is a consistent-enough picture, not an atomic one; once the threads that counted
+/// are quiescent (joined, or synchronized with the reader) every count and `live_bytes` is
+/// exact, whichever threads allocated and freed and however many have exited (a slot's
+/// values stay in its shard and pass to the next thread that claims it).
+///
+/// Bytes are the `Layout` sizes for the Rust face ([`Allocator`]); through a headerless C table
+/// ([`SizelessFree`]) they are the backend's usable sizes, taken at allocation and again at
+/// free, so they balance exactly too.
+///
+/// `peak_bytes` is the sum of each thread slot's own high-water mark: exactly the peak when
+/// one thread allocates and frees (as before), and never below the true peak; when threads
+/// free blocks that other threads allocated (a producer and a consumer), it over-states the
+/// peak, up to the total allocated by the producing threads. It is not the exact peak of the
+/// process-wide sum, which would need a shared counter on every call.
+pub struct Counting<A> {
+    inner: A,
+    /// `SLOTS` private shards, then the shared one.
+    shards: [Shard; SLOTS + 1],
+}
+
+impl<A: fmt::Debug> fmt::Debug for Counting<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counting")
+            .field("inner", &self.inner)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl<A: Default> Default for Counting<A> {
+    fn default() -> Self {
+        Counting::new(A::default())
+    }
 }
 
 /// A snapshot of a [`Counting`] wrapper's counters.
@@ -36,7 +192,8 @@ pub struct CountingStats {
     pub failures: u64,
     /// Bytes currently allocated.
     pub live_bytes: usize,
-    /// The most bytes that were ever live at once.
+    /// The most bytes that were ever live at once: exact when one thread allocates and frees,
+    /// otherwise an upper bound (see [`Counting`]).
     pub peak_bytes: usize,
 }
 
@@ -45,12 +202,7 @@ impl<A> Counting<A> {
     pub const fn new(inner: A) -> Self {
         Counting {
             inner,
-            allocations: AtomicU64::new(0),
-            deallocations: AtomicU64::new(0),
-            reallocations: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            live_bytes: AtomicUsize::new(0),
-            peak_bytes: AtomicUsize::new(0),
+            shards: [const { Shard::new() }; SLOTS + 1],
         }
     }
 
@@ -59,25 +211,76 @@ impl<A> Counting<A> {
         &self.inner
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters: the sum of every shard.
     pub fn stats(&self) -> CountingStats {
-        CountingStats {
-            allocations: self.allocations.load(Relaxed),
-            deallocations: self.deallocations.load(Relaxed),
-            reallocations: self.reallocations.load(Relaxed),
-            failures: self.failures.load(Relaxed),
-            live_bytes: self.live_bytes.load(Relaxed),
-            peak_bytes: self.peak_bytes.load(Relaxed),
+        let mut s = CountingStats::default();
+        let (mut live, mut peak) = (0isize, 0isize);
+        for shard in &self.shards {
+            s.allocations = s.allocations.wrapping_add(shard.allocations.load(Relaxed));
+            s.deallocations = s
+                .deallocations
+                .wrapping_add(shard.deallocations.load(Relaxed));
+            s.reallocations = s
+                .reallocations
+                .wrapping_add(shard.reallocations.load(Relaxed));
+            s.failures = s.failures.wrapping_add(shard.failures.load(Relaxed));
+            live = live.wrapping_add(shard.live.load(Relaxed));
+            peak = peak.wrapping_add(shard.peak.load(Relaxed));
+        }
+        s.live_bytes = live as usize;
+        // While threads run, a sum of shards read at different moments can put `live` above
+        // the sum of peaks; a peak is never below what is live.
+        s.peak_bytes = peak.max(live) as usize;
+        s
+    }
+
+    /// Runs `f` on this thread's shard, telling it whether that is the shared one.
+    #[inline(always)]
+    fn with_shard(&self, f: impl FnOnce(&Shard, bool)) {
+        let s = SLOT.with(Cell::get);
+        if s < SLOTS {
+            f(&self.shards[s], false);
+        } else {
+            self.with_other_shard(f);
         }
     }
 
+    /// A thread with no private slot yet (it claims one now) or none at all (shared).
+    #[cold]
+    #[inline(never)]
+    fn with_other_shard(&self, f: impl FnOnce(&Shard, bool)) {
+        let s = slot();
+        let i = s.min(SHARED);
+        f(&self.shards[i], i == SHARED);
+    }
+
     #[inline]
-    fn add_live(&self, bytes: usize) {
-        let now = self
-            .live_bytes
-            .fetch_add(bytes, Relaxed)
-            .wrapping_add(bytes);
-        self.peak_bytes.fetch_max(now, Relaxed);
+    fn count_alloc(&self, bytes: usize) {
+        self.with_shard(|shard, shared| {
+            add_u64(shared, &shard.allocations, 1);
+            add_live(shared, shard, bytes as isize);
+        });
+    }
+
+    #[inline]
+    fn count_free(&self, bytes: usize) {
+        self.with_shard(|shard, shared| {
+            add_u64(shared, &shard.deallocations, 1);
+            add_live(shared, shard, (bytes as isize).wrapping_neg());
+        });
+    }
+
+    #[inline]
+    fn count_resize(&self, old: usize, new: usize) {
+        self.with_shard(|shard, shared| {
+            add_u64(shared, &shard.reallocations, 1);
+            add_live(shared, shard, (new as isize).wrapping_sub(old as isize));
+        });
+    }
+
+    #[cold]
+    fn count_failure(&self) {
+        self.with_shard(|shard, shared| add_u64(shared, &shard.failures, 1));
     }
 
     #[inline]
@@ -87,13 +290,8 @@ impl<A> Counting<A> {
         layout: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         match r {
-            Ok(_) => {
-                self.allocations.fetch_add(1, Relaxed);
-                self.add_live(layout.size());
-            }
-            Err(_) => {
-                self.failures.fetch_add(1, Relaxed);
-            }
+            Ok(_) => self.count_alloc(layout.size()),
+            Err(_) => self.count_failure(),
         }
         r
     }
@@ -106,19 +304,20 @@ impl<A> Counting<A> {
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         match r {
-            Ok(_) => {
-                self.reallocations.fetch_add(1, Relaxed);
-                if new.size() >= old.size() {
-                    self.add_live(new.size() - old.size());
-                } else {
-                    self.live_bytes.fetch_sub(old.size() - new.size(), Relaxed);
-                }
-            }
-            Err(_) => {
-                self.failures.fetch_add(1, Relaxed);
-            }
+            Ok(_) => self.count_resize(old.size(), new.size()),
+            Err(_) => self.count_failure(),
         }
         r
+    }
+
+    #[inline]
+    fn track_raw(&self, (p, usable): (*mut u8, usize)) -> (*mut u8, usize) {
+        if p.is_null() {
+            self.count_failure();
+        } else {
+            self.count_alloc(usable);
+        }
+        (p, usable)
     }
 }
 
@@ -139,8 +338,7 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise about `ptr` and `layout` is forwarded unchanged.
         unsafe { self.inner.deallocate(ptr, layout) };
-        self.deallocations.fetch_add(1, Relaxed);
-        self.live_bytes.fetch_sub(layout.size(), Relaxed);
+        self.count_free(layout.size());
     }
 
     #[inline]
@@ -177,5 +375,82 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
         // SAFETY: the caller's promises are forwarded unchanged.
         let r = unsafe { self.inner.shrink(ptr, old, new) };
         self.track_resize(r, old, new)
+    }
+}
+
+// SAFETY: every call forwards to the wrapped backend with the caller's own arguments (so its
+// guarantees are ours) and only adds counting; sizes are the backend's usable sizes, read
+// while the block is live (before a free, before and after a resize).
+unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
+    #[inline]
+    fn alloc(&self, size: usize) -> *mut u8 {
+        self.alloc_usable(size).0
+    }
+
+    #[inline]
+    fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
+        self.alloc_aligned_usable(size, align).0
+    }
+
+    #[inline]
+    fn alloc_usable(&self, size: usize) -> (*mut u8, usize) {
+        self.track_raw(self.inner.alloc_usable(size))
+    }
+
+    #[inline]
+    fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
+        self.track_raw(self.inner.alloc_aligned_usable(size, align))
+    }
+
+    #[inline]
+    unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let bytes = unsafe { self.inner.free_usable(ptr) };
+        self.count_free(bytes);
+        bytes
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let old = unsafe { self.inner.usable_size(ptr) };
+        // SAFETY: as above.
+        let p = unsafe { self.inner.realloc(ptr, size) };
+        self.resized(old, p)
+    }
+
+    #[inline]
+    unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8 {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let old = unsafe { self.inner.usable_size(ptr) };
+        // SAFETY: as above.
+        let p = unsafe { self.inner.realloc_aligned(ptr, size, align) };
+        self.resized(old, p)
+    }
+
+    #[inline]
+    unsafe fn free(&self, ptr: *mut u8) {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        unsafe { self.free_usable(ptr) };
+    }
+
+    #[inline]
+    unsafe fn usable_size(&self, ptr: *mut u8) -> usize {
+        // SAFETY: the caller's promise is forwarded unchanged.
+        unsafe { self.inner.usable_size(ptr) }
+    }
+}
+
+impl<B: SizelessFree> Counting<B> {
+    #[inline]
+    fn resized(&self, old: usize, p: *mut u8) -> *mut u8 {
+        if p.is_null() {
+            self.count_failure();
+        } else {
+            // SAFETY: `p` is the live block the backend just returned.
+            let new = unsafe { self.inner.usable_size(p) };
+            self.count_resize(old, new);
+        }
+        p
     }
 }

@@ -6,7 +6,7 @@
 //! * **Backends**: [`System`] (always), [`Mimalloc`] (feature `mimalloc`, the real mimalloc
 //!   through its aligned entry points) and [`Arena`] (feature `bumpalo`, a bumpalo arena that
 //!   many threads can share). [`DefaultBackend`] is the one the feature flags select.
-//! * **Wrappers**: [`Counting`] (allocations, frees, live and peak bytes, with relaxed atomics)
+//! * **Wrappers**: [`Counting`] (allocations, frees, live and peak bytes, on per-thread shards)
 //!   and [`Limited`] (refuses an allocation that would pass a byte cap).
 //! * **Adapters**: every backend and wrapper implements [`allocator_api2::alloc::Allocator`],
 //!   the same trait version bumpalo and hashbrown implement, so they work with allocator-api2
@@ -17,6 +17,8 @@
 //!   once and calls through it for the rest of the process; [`AllocatorTable::for_allocator`]
 //!   builds one for any `&'static` allocator and [`TableAllocator`] goes the other way, using
 //!   any table (ours or a foreign one) as an [`Allocator`](allocator_api2::alloc::Allocator).
+//!   For a backend that frees without a size ([`SizelessFree`]: glibc, mimalloc, `Counting`
+//!   of either) the table is headerless: the C library gets the backend's own blocks.
 //! * **The contract, as code**: [`conformance`] is the one generic test suite every backend,
 //!   wrapper and table in the workspace is run against.
 //!
@@ -45,6 +47,7 @@ mod limited;
 #[cfg(feature = "mimalloc")]
 mod mimalloc;
 mod raw;
+mod sizeless;
 mod system;
 mod table;
 
@@ -56,6 +59,7 @@ pub use global::AsGlobal;
 pub use limited::Limited;
 #[cfg(feature = "mimalloc")]
 pub use mimalloc::Mimalloc;
+pub use sizeless::SizelessFree;
 pub use system::System;
 pub use table::{
     AlignedAllocateFn, AllocateFn, AllocatorTable, DeallocateFn, RawTableParts, ReallocateFn,

@@ -7,6 +7,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
+use crate::SizelessFree;
+
 /// `allocate(context, size)`.
 pub type AllocateFn = unsafe extern "C" fn(context: *mut c_void, size: usize) -> *mut c_void;
 /// `reallocate(context, pointer, size)`.
@@ -39,10 +41,11 @@ pub const TABLE_MIN_ALIGN: usize = 16;
 /// * size 0 allocates a real, unique, non-NULL block with no usable bytes, which must be
 ///   freed like any other (glibc's `malloc(0)` behaviour); `reallocate(ctx, p, 0)` likewise
 ///   returns such a block (it does not free);
-/// * a size that would overflow once the per-block header is added returns NULL;
-/// * the two free functions are interchangeable: every block records its own size and
-///   alignment in a 16-byte header just before the pointer handed out, because the C API
-///   frees without a size.
+/// * a size that would overflow (once the per-block header is added, where there is one)
+///   returns NULL;
+/// * the two free functions are interchangeable: the C API frees without a size, so either
+///   the backend finds the size itself (a headerless table, below) or every block records its
+///   own size and alignment in a 16-byte header just before the pointer handed out.
 ///
 /// The struct is `Copy`: the consuming library copies it once, as `xnn_initialize` does, and
 /// what must stay alive is what `context` points to.
@@ -57,16 +60,52 @@ pub const TABLE_MIN_ALIGN: usize = 16;
 /// through (which is what lets `keepalloc_kernels::initialize` be a safe function), and a
 /// foreign (C) table enters Rust only through an `unsafe` step.
 ///
+/// # Headerless and header tables
+///
+/// A backend that frees without a size ([`SizelessFree`]: glibc `malloc`/`posix_memalign` +
+/// `free`, mimalloc `mi_malloc`/`mi_malloc_aligned` + `mi_free`, and [`Counting`](crate::Counting) over either)
+/// gets a **headerless** table: the C library receives the backend's own pointer, `deallocate`
+/// is the backend's `free`, and a 64-byte-aligned block costs exactly what the backend charges
+/// for it. [`for_sizeless`](Self::for_sizeless) builds one for any such backend;
+/// [`for_allocator`](Self::for_allocator) builds one for the built-in sizeless backends
+/// ([`System`](crate::System) on glibc Linux, `Mimalloc` (feature `mimalloc`), and `Counting` of
+/// either), recognised by type since Rust has no specialization. Every other allocator (the
+/// `Arena`, [`Limited`](crate::Limited), a scribbling allocator, any allocator-api2
+/// `Allocator`) gets the **header** table: a 16-byte (or alignment-sized) header before every
+/// block records its size, alignment and owner cookie. (Under Miri every table is a header
+/// table: Miri cannot run `malloc_usable_size` or mimalloc.)
+///
+/// What the header gave, and what a headerless table keeps of it:
+/// * *The size on free*: the backend finds it itself; [`Counting`](crate::Counting) counts the backend's usable
+///   size (`malloc_usable_size`, `mi_usable_size`) at allocation and again at free, so its
+///   counts and live bytes stay exact.
+/// * *The alignment through `reallocate`*: a headerless `reallocate` keeps the alignment the
+///   old pointer has by its address, up to 64 KiB (at least what was asked for, sometimes
+///   more: a block whose address happens to be 64-aligned is moved to another 64-aligned
+///   one). A block asked with an alignment above 64 KiB comes back from `reallocate` 64
+///   KiB-aligned only; a header table keeps any alignment.
+/// * *The owner cookie*: a header table aborts when a block is freed through a table of
+///   another owner, and refuses to reallocate it. A headerless table has nowhere to keep a
+///   cookie, and checks nothing: blocks of two owners of the same sizeless backend live in the
+///   one process-wide heap (glibc's, mimalloc's), so a block freed or reallocated through the
+///   other owner's table is freed or moved correctly and the heap stays intact; what is lost
+///   is the detection, and the accounting (the wrong owner's [`Counting`](crate::Counting) records the free:
+///   the allocating owner's live bytes stay up, the other's go below zero). Freeing through a
+///   table of a *different backend* (a glibc block through a mimalloc owner) is undefined, as
+///   it is for `free` itself. A runtime that wants the check back runs its owner on a header
+///   backend: the C library's scribbling mode (`KEEPALLOC_SCRIBBLE`) does, and so does any
+///   wrapper that is not `SizelessFree`.
+///
 /// # Which blocks go where
 ///
-/// Blocks from this table carry a 16-byte (or alignment-sized) header before the pointer;
-/// blocks from the Rust face of the same owner (the `Allocator` impl of the provider's
-/// `AllocatorHandle`, or the backend itself) carry none. They are NOT interchangeable: free
-/// a table block through a table of the same owner (any table built by `for_allocator` for the
-/// same allocator), and a Rust block through the Rust `Allocator` with its `Layout`. The
-/// header records a cookie derived from the table's context: a block freed or reallocated
-/// through a table of another owner is detected (free aborts with a message, since it has no
-/// status to return; `reallocate` returns NULL and leaves the block alone).
+/// Blocks from this table and blocks from the Rust face of the same owner (the `Allocator`
+/// impl of the provider's `AllocatorHandle`, or the backend itself) are NOT interchangeable:
+/// free a table block through a table of the same owner built the same way (any table built
+/// by `for_allocator` for the same allocator; or by `for_sizeless`), and a Rust block through
+/// the Rust `Allocator` with its `Layout`. A header table's cookie is derived from the table's
+/// context: a block freed or reallocated through a header table of another owner is detected
+/// (free aborts with a message, since it has no status to return; `reallocate` returns NULL
+/// and leaves the block alone).
 ///
 /// Safe code cannot write a table's fields:
 ///
@@ -236,6 +275,9 @@ impl AllocatorTable {
 
     /// Builds the table for `allocator`, which must live for the rest of the process because
     /// a C library may keep the context pointer that long.
+    ///
+    /// Headerless for the built-in sizeless backends (`System` on glibc Linux, `Mimalloc`,
+    /// and `Counting` of either; see the type's docs), a header table for everything else.
     pub const fn for_allocator<A: Allocator + Sync>(allocator: &'static A) -> Self {
         AllocatorTable {
             context: allocator as *const A as *mut c_void,
@@ -244,6 +286,22 @@ impl AllocatorTable {
             deallocate: Some(table_deallocate::<A>),
             aligned_allocate: Some(table_aligned_allocate::<A>),
             aligned_deallocate: Some(table_deallocate::<A>),
+        }
+    }
+
+    /// Builds the headerless table for `backend`: every function goes straight to the
+    /// backend's [`SizelessFree`] functions (see the type's docs for what that keeps and what
+    /// it gives up). Blocks of this table are freed through a `for_sizeless` table of the same
+    /// backend; for a backend that `for_allocator` does not know as sizeless, its blocks are
+    /// not interchangeable with a `for_allocator` table's.
+    pub const fn for_sizeless<B: SizelessFree>(backend: &'static B) -> Self {
+        AllocatorTable {
+            context: backend as *const B as *mut c_void,
+            allocate: Some(sizeless_allocate::<B>),
+            reallocate: Some(sizeless_reallocate::<B>),
+            deallocate: Some(sizeless_deallocate::<B>),
+            aligned_allocate: Some(sizeless_aligned_allocate::<B>),
+            aligned_deallocate: Some(sizeless_deallocate::<B>),
         }
     }
 
@@ -302,7 +360,7 @@ impl AllocatorTable {
 }
 
 /// Runs `f`, turning a panic into `on_panic` so that none crosses into C.
-#[inline]
+#[inline(always)]
 fn no_unwind<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
@@ -373,32 +431,79 @@ unsafe fn block_of(
     Some((base, layout, pad))
 }
 
-unsafe extern "C" fn table_allocate<A: Allocator + Sync>(
+/// Runs `$body` with `$b` bound to the context as the concrete built-in sizeless backend when
+/// `$A` is one of them (`System` on glibc Linux, `Mimalloc`, `Counting` of either), `$other`
+/// otherwise. The type comparison is between constants and folds away when compiled: each
+/// instantiation keeps exactly one branch.
+macro_rules! if_sizeless {
+    ($A:ty, $context:expr, |$b:ident| $body:expr, else $other:expr) => {{
+        #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+        {
+            if is::<$A, crate::System>() {
+                // SAFETY: `$A` is `System`, and the context is a `&'static $A`.
+                let $b = unsafe { &*($context as *const crate::System) };
+                return $body;
+            }
+            if is::<$A, crate::Counting<crate::System>>() {
+                // SAFETY: `$A` is `Counting<System>`, and the context is a `&'static $A`.
+                let $b = unsafe { &*($context as *const crate::Counting<crate::System>) };
+                return $body;
+            }
+        }
+        #[cfg(all(feature = "mimalloc", not(miri)))]
+        {
+            if is::<$A, crate::Mimalloc>() {
+                // SAFETY: `$A` is `Mimalloc`, and the context is a `&'static $A`.
+                let $b = unsafe { &*($context as *const crate::Mimalloc) };
+                return $body;
+            }
+            if is::<$A, crate::Counting<crate::Mimalloc>>() {
+                // SAFETY: `$A` is `Counting<Mimalloc>`, and the context is a `&'static $A`.
+                let $b = unsafe { &*($context as *const crate::Counting<crate::Mimalloc>) };
+                return $body;
+            }
+        }
+        $other
+    }};
+}
+
+/// True when `A` and `B` are the same type.
+#[allow(dead_code)]
+#[inline(always)]
+fn is<A: 'static, B: 'static>() -> bool {
+    core::any::TypeId::of::<A>() == core::any::TypeId::of::<B>()
+}
+
+unsafe extern "C" fn table_allocate<A: Allocator + Sync + 'static>(
     context: *mut c_void,
     size: usize,
 ) -> *mut c_void {
+    if_sizeless!(A, context, |b| sizeless_alloc(b, size), else ());
     // SAFETY: a table built by `for_allocator::<A>` is only called with its own context.
     no_unwind(ptr::null_mut(), || unsafe {
         alloc_block::<A>(context, TABLE_MIN_ALIGN, size)
     })
 }
 
-unsafe extern "C" fn table_aligned_allocate<A: Allocator + Sync>(
+unsafe extern "C" fn table_aligned_allocate<A: Allocator + Sync + 'static>(
     context: *mut c_void,
     alignment: usize,
     size: usize,
 ) -> *mut c_void {
+    if_sizeless!(A, context, |b| sizeless_aligned_alloc(b, alignment, size), else ());
     // SAFETY: as for `table_allocate`.
     no_unwind(ptr::null_mut(), || unsafe {
         alloc_block::<A>(context, alignment, size)
     })
 }
 
-unsafe extern "C" fn table_reallocate<A: Allocator + Sync>(
+unsafe extern "C" fn table_reallocate<A: Allocator + Sync + 'static>(
     context: *mut c_void,
     pointer: *mut c_void,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: the context is the table's own and `pointer` one of its blocks or NULL.
+    if_sizeless!(A, context, |b| unsafe { sizeless_realloc(b, pointer, size) }, else ());
     if pointer.is_null() {
         // SAFETY: forwarding the same context.
         return unsafe { table_allocate::<A>(context, size) };
@@ -440,10 +545,12 @@ unsafe extern "C" fn table_reallocate<A: Allocator + Sync>(
     })
 }
 
-unsafe extern "C" fn table_deallocate<A: Allocator + Sync>(
+unsafe extern "C" fn table_deallocate<A: Allocator + Sync + 'static>(
     context: *mut c_void,
     pointer: *mut c_void,
 ) {
+    // SAFETY: the context is the table's own and `pointer` one of its blocks or NULL.
+    if_sizeless!(A, context, |b| unsafe { sizeless_free(b, pointer) }, else ());
     if pointer.is_null() {
         return;
     }
@@ -466,6 +573,113 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync>(
         eprintln!("keepalloc: the allocator panicked while freeing {pointer:p}; aborting");
         std::process::abort();
     }
+}
+
+// The headerless table: the backend's own functions, behind the contract's checks.
+
+/// A headerless `reallocate` keeps alignments up to 2^16 = 64 KiB (see the type's docs).
+const MAX_KEPT_ALIGN_LOG2: u32 = 16;
+
+/// Runs `f`, aborting with a message if it panics (a free has no status to report, and
+/// unwinding into C is undefined).
+#[inline(always)]
+fn no_unwind_free(pointer: *mut c_void, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        eprintln!("keepalloc: the allocator panicked while freeing {pointer:p}; aborting");
+        std::process::abort();
+    }
+}
+
+#[inline(always)]
+fn sizeless_alloc<B: SizelessFree>(b: &B, size: usize) -> *mut c_void {
+    no_unwind(ptr::null_mut(), || b.alloc(size).cast())
+}
+
+#[inline(always)]
+fn sizeless_aligned_alloc<B: SizelessFree>(b: &B, alignment: usize, size: usize) -> *mut c_void {
+    if !alignment.is_power_of_two() {
+        return ptr::null_mut();
+    }
+    no_unwind(ptr::null_mut(), || {
+        if alignment <= TABLE_MIN_ALIGN {
+            b.alloc(size).cast()
+        } else {
+            b.alloc_aligned(size, alignment).cast()
+        }
+    })
+}
+
+/// # Safety
+/// `pointer` is NULL or a live block of `b` (from a headerless table of it).
+#[inline]
+unsafe fn sizeless_realloc<B: SizelessFree>(
+    b: &B,
+    pointer: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    if pointer.is_null() {
+        return sizeless_alloc(b, size);
+    }
+    // Size 0 keeps a real block (the contract: `reallocate(p, 0)` does not free).
+    let size = size.max(1);
+    // The block's alignment as its address shows it (at least what it was allocated with, up
+    // to the cap): a heap address can be aligned far beyond anything asked (a glibc thread
+    // arena starts on a 64 MiB boundary), and no allocator serves a block aligned to 2^35.
+    let align = 1usize << (pointer as usize).trailing_zeros().min(MAX_KEPT_ALIGN_LOG2);
+    no_unwind(ptr::null_mut(), || {
+        // SAFETY: `pointer` is a live block of `b` (the caller's promise).
+        unsafe {
+            if align <= TABLE_MIN_ALIGN {
+                b.realloc(pointer.cast(), size).cast()
+            } else {
+                b.realloc_aligned(pointer.cast(), size, align).cast()
+            }
+        }
+    })
+}
+
+/// # Safety
+/// `pointer` is NULL or a live block of `b` (from a headerless table of it).
+#[inline(always)]
+unsafe fn sizeless_free<B: SizelessFree>(b: &B, pointer: *mut c_void) {
+    if !pointer.is_null() {
+        // SAFETY: `pointer` is a live block of `b` (the caller's promise).
+        no_unwind_free(pointer, || unsafe { b.free(pointer.cast()) });
+    }
+}
+
+unsafe extern "C" fn sizeless_allocate<B: SizelessFree>(
+    context: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: a `for_sizeless::<B>` table's context is a `&'static B`.
+    unsafe { sizeless_alloc(&*(context as *const B), size) }
+}
+
+unsafe extern "C" fn sizeless_aligned_allocate<B: SizelessFree>(
+    context: *mut c_void,
+    alignment: usize,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: a `for_sizeless::<B>` table's context is a `&'static B`.
+    unsafe { sizeless_aligned_alloc(&*(context as *const B), alignment, size) }
+}
+
+unsafe extern "C" fn sizeless_reallocate<B: SizelessFree>(
+    context: *mut c_void,
+    pointer: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: the context is a `&'static B`; `pointer` is NULL or one of the table's blocks.
+    unsafe { sizeless_realloc(&*(context as *const B), pointer, size) }
+}
+
+unsafe extern "C" fn sizeless_deallocate<B: SizelessFree>(
+    context: *mut c_void,
+    pointer: *mut c_void,
+) {
+    // SAFETY: the context is a `&'static B`; `pointer` is NULL or one of the table's blocks.
+    unsafe { sizeless_free(&*(context as *const B), pointer) }
 }
 
 /// Uses any [`AllocatorTable`] (one of ours, or a foreign `xnn_allocator`) as an

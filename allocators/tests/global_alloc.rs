@@ -1,7 +1,9 @@
 //! `harness = false`: a whole test binary whose `#[global_allocator]` is a keepalloc backend
 //! behind the `AsGlobal` adapter, with counting, so we can see every allocation go through it.
 
-use keepalloc_allocators::{AsGlobal, Counting, DefaultBackend};
+#[cfg(not(all(feature = "bumpalo", not(feature = "mimalloc"))))]
+use keepalloc_allocators::DefaultBackend;
+use keepalloc_allocators::{AsGlobal, Counting};
 
 #[cfg(not(any(feature = "mimalloc", feature = "bumpalo")))]
 #[global_allocator]

@@ -1,14 +1,39 @@
-//! A block carries its owner's cookie in its header: a block reallocated or freed through a
-//! table of ANOTHER owner is detected instead of corrupting two heaps. Blocks of two tables of
-//! the same allocator stay interchangeable (they are the same owner).
+//! In a header table a block carries its owner's cookie in its header: a block reallocated
+//! or freed through a table of ANOTHER owner is detected instead of corrupting two heaps.
+//! Blocks of two tables of the same allocator stay interchangeable (they are the same owner).
+//!
+//! The owners here are header owners (`Counting` over an allocator that needs a size to free:
+//! any allocator-api2 `Allocator`, here `Plain<System>`). Owners over a backend that frees
+//! without a size (`Counting<System>`, `Counting<Mimalloc>`) get a headerless table with no
+//! cookie: for them a misrouted block is freed correctly in the shared heap and only the
+//! accounting moves (`headerless_owners_share_the_heap_and_move_the_count`, below; the
+//! decision is in `AllocatorTable`'s docs).
 
+use core::alloc::Layout;
+use core::ptr::NonNull;
 use std::process::Command;
 
+use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
 
-static A: Counting<System> = Counting::new(System);
-static B: Counting<System> = Counting::new(System);
-static C: Counting<System> = Counting::new(System);
+/// An allocator that is not `SizelessFree` (it forwards the Rust face only), so its table is
+/// a header table, as for the arena, `Limited`, or a runtime's own allocator.
+struct Plain<A>(A);
+
+// SAFETY: every call is forwarded unchanged to the wrapped allocator.
+unsafe impl<A: Allocator> Allocator for Plain<A> {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        self.0.allocate(layout)
+    }
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { self.0.deallocate(ptr, layout) }
+    }
+}
+
+static A: Counting<Plain<System>> = Counting::new(Plain(System));
+static B: Counting<Plain<System>> = Counting::new(Plain(System));
+static C: Counting<Plain<System>> = Counting::new(Plain(System));
 
 /// Set in the child process that frees a block through the wrong table.
 const CHILD: &str = "KEEPALLOC_TABLE_COOKIE_CHILD";
@@ -74,4 +99,46 @@ fn freeing_another_owners_block_aborts_with_a_message() {
         "{stderr}"
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("not detected"));
+}
+
+/// Headerless owners (glibc or mimalloc underneath, `Counting` on top) keep no cookie: the
+/// block is the backend's own, so a block of owner X freed through owner Y's table goes back
+/// to the one process heap they share (no abort, no corruption), and the free is counted by
+/// Y: X's live bytes stay up by the block's usable size, Y's drop by as much (below zero).
+#[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+#[test]
+fn headerless_owners_share_the_heap_and_move_the_count() {
+    use keepalloc_allocators::SizelessFree;
+    static X: Counting<System> = Counting::new(System);
+    static Y: Counting<System> = Counting::new(System);
+    let (x, y) = (
+        AllocatorTable::for_allocator(&X),
+        AllocatorTable::for_allocator(&Y),
+    );
+    // SAFETY: tables from `for_allocator`; the block is freed once (through the other owner's table, which a headerless table allows: both are glibc underneath).
+    unsafe {
+        let p = x.aligned_allocate().unwrap()(x.context(), 64, 64);
+        assert!(!p.is_null() && p as usize % 64 == 0);
+        // No header: the owner counted the backend's usable size of the very pointer C got
+        // (a header table counts 64 bytes of header and padding on top, 128 in all).
+        let usable = X.usable_size(p.cast());
+        assert!(usable >= 64);
+        assert_eq!(X.stats().live_bytes, usable);
+        assert!(
+            usable < 128,
+            "the block carries no 64-byte header ({usable})"
+        );
+        y.deallocate().unwrap()(y.context(), p);
+        assert_eq!(
+            X.stats().live_bytes,
+            usable,
+            "the allocating owner still counts it"
+        );
+        assert_eq!(Y.stats().deallocations, 1);
+        assert_eq!(
+            Y.stats().live_bytes,
+            usable.wrapping_neg(),
+            "the freeing owner counted the free"
+        );
+    }
 }

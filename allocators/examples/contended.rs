@@ -1,0 +1,149 @@
+//! Alloc + free of 64 bytes through an owner's C table (`Counting<backend>`, the provider's
+//! owner, and `AllocatorTable::for_allocator` of it) against the backend called directly
+//! (`Allocator::allocate`/`deallocate`, no counting), with 1, 2, 8 and 32 threads; the middle
+//! column is the same `Counting` wrapper called directly through its Rust face, so that
+//! table/counted shows what the table adds and counted/direct what exact counting costs.
+//! One cell alone, for callgrind: `contended <system|mimalloc> <direct|counted|table> <threads>`.
+//!
+//! `cargo run --release -p keepalloc-allocators --features mimalloc --example contended`
+//!
+//! Every thread does `TOTAL / threads` alloc + free pairs (the same total work at every thread
+//! count), all released at once by a barrier; the figure is wall time per pair over all
+//! threads. Each cell is the median of 7 runs, direct and table interleaved run by run so that
+//! machine load hits both alike; the last column is table / direct.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use allocator_api2::alloc::Allocator;
+use keepalloc_allocators::{AllocatorTable, Counting, Mimalloc, System};
+
+const TOTAL: usize = 4_000_000;
+const SIZE: usize = 64;
+const RUNS: usize = 7;
+
+static SYSTEM: System = System;
+static MIMALLOC: Mimalloc = Mimalloc;
+static SYSTEM_OWNER: Counting<System> = Counting::new(System);
+static MIMALLOC_OWNER: Counting<Mimalloc> = Counting::new(Mimalloc);
+// The same counting wrapper called through its Rust face (no table), for the third column.
+static SYSTEM_COUNTED: Counting<System> = Counting::new(System);
+static MIMALLOC_COUNTED: Counting<Mimalloc> = Counting::new(Mimalloc);
+
+/// Nanoseconds of wall time per alloc + free, `threads` threads at once.
+fn run(threads: usize, work: &(dyn Fn(usize) + Sync)) -> f64 {
+    let per_thread = TOTAL / threads;
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                barrier.wait();
+                work(per_thread);
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // The scope joins every thread before it returns.
+        start
+    })
+    .elapsed()
+    .as_nanos() as f64
+        / (per_thread * threads) as f64
+}
+
+fn direct<A: Allocator + Sync>(a: &'static A) -> impl Fn(usize) + Sync {
+    let layout = core::alloc::Layout::from_size_align(SIZE, 16).expect("layout");
+    move |n| {
+        for _ in 0..n {
+            let p = a.allocate(black_box(layout)).expect("allocation");
+            // SAFETY: `p` is live with `layout`.
+            unsafe { a.deallocate(black_box(p).cast(), layout) }
+        }
+    }
+}
+
+fn table(t: &'static AllocatorTable) -> impl Fn(usize) + Sync {
+    let (alloc, free) = (t.allocate().expect("slot"), t.deallocate().expect("slot"));
+    move |n| {
+        for _ in 0..n {
+            // SAFETY: a `for_allocator` table; each block is freed once, through it.
+            unsafe {
+                let p = alloc(t.context(), black_box(SIZE));
+                assert!(!p.is_null());
+                free(t.context(), black_box(p));
+            }
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+static SYSTEM_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM_OWNER);
+static MIMALLOC_TABLE: AllocatorTable = AllocatorTable::for_allocator(&MIMALLOC_OWNER);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [backend, mode, threads] = args.as_slice() {
+        // One run, for callgrind or perf: `contended mimalloc table 1`.
+        let threads: usize = threads.parse().expect("threads");
+        let work: Box<dyn Fn(usize) + Sync> = match (backend.as_str(), mode.as_str()) {
+            ("system", "direct") => Box::new(direct(&SYSTEM)),
+            ("system", "counted") => Box::new(direct(&SYSTEM_COUNTED)),
+            ("system", _) => Box::new(table(&SYSTEM_TABLE)),
+            (_, "direct") => Box::new(direct(&MIMALLOC)),
+            (_, "counted") => Box::new(direct(&MIMALLOC_COUNTED)),
+            _ => Box::new(table(&MIMALLOC_TABLE)),
+        };
+        println!("{backend} {mode} {threads}: {:.2} ns", run(threads, &*work));
+        return;
+    }
+    println!(
+        "alloc+free of {SIZE} B, {TOTAL} pairs split over the threads; ns of wall time per \
+         pair, median of {RUNS}"
+    );
+    println!("backend   threads  direct  counted  owner-table   table/direct  table/counted");
+    for backend in ["system", "mimalloc"] {
+        type Work = Box<dyn Fn(usize) + Sync>;
+        let modes: [Work; 3] = match backend {
+            "system" => [
+                Box::new(direct(&SYSTEM)),
+                Box::new(direct(&SYSTEM_COUNTED)),
+                Box::new(table(&SYSTEM_TABLE)),
+            ],
+            _ => [
+                Box::new(direct(&MIMALLOC)),
+                Box::new(direct(&MIMALLOC_COUNTED)),
+                Box::new(table(&MIMALLOC_TABLE)),
+            ],
+        };
+        for threads in [1usize, 2, 8, 32] {
+            let mut v: [Vec<f64>; 3] = Default::default();
+            for _ in 0..RUNS {
+                for (work, v) in modes.iter().zip(v.iter_mut()) {
+                    v.push(run(threads, &**work));
+                }
+            }
+            let [d, c, t] = v.map(median);
+            println!(
+                "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}        {:.3}x        {:.3}x",
+                t / d,
+                t / c
+            );
+        }
+    }
+    let (s, m) = (SYSTEM_OWNER.stats(), MIMALLOC_OWNER.stats());
+    assert_eq!(s.allocations, s.deallocations);
+    assert_eq!(
+        (s.live_bytes, m.live_bytes),
+        (0, 0),
+        "the owners' counts balance"
+    );
+    println!(
+        "owner counts: system {} allocations, mimalloc {} allocations, live bytes 0",
+        s.allocations, m.allocations
+    );
+}

@@ -1,0 +1,254 @@
+//! Backends that free a block without being told its size: the C table needs no header for
+//! them.
+//!
+//! glibc's `free` and mimalloc's `mi_free` find a block's size themselves, and
+//! `malloc_usable_size` / `mi_usable_size` tell it to anyone who asks. For such a backend
+//! [`AllocatorTable`](crate::AllocatorTable) hands the backend's own pointer to C and frees it
+//! with the backend's own `free`: no 16-byte (or alignment-sized) header, no padding, and an
+//! over-aligned request costs what the backend charges for it, nothing more.
+
+#[cfg(any(
+    feature = "mimalloc",
+    all(target_os = "linux", target_env = "gnu", not(miri))
+))]
+use core::ffi::c_void;
+
+#[cfg(any(
+    feature = "mimalloc",
+    all(target_os = "linux", target_env = "gnu", not(miri))
+))]
+use crate::TABLE_MIN_ALIGN;
+
+/// A backend whose blocks can be freed, resized and measured from the pointer alone.
+///
+/// The table built by [`AllocatorTable::for_sizeless`](crate::AllocatorTable::for_sizeless)
+/// (and by [`for_allocator`](crate::AllocatorTable::for_allocator) for the built-in sizeless
+/// backends) calls these functions directly, with no header before the block.
+///
+/// # Safety
+/// An implementation promises, for every call from any thread:
+/// * `alloc(size)` returns NULL or a block of at least `size` bytes aligned to
+///   [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN); `size == 0` gives a unique block (or NULL when memory runs out);
+///   any size, `usize::MAX` included, is accepted (NULL when it cannot be served);
+/// * `alloc_aligned(size, align)` (with `align` a power of two greater than
+///   [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)) returns NULL or a block of at least `size` bytes aligned to `align`;
+/// * `realloc(ptr, size)` and `realloc_aligned(ptr, size, align)` (with `size >= 1`, `ptr` a
+///   live block of this backend from any of its allocating functions) return NULL and leave
+///   `ptr` valid and unchanged, or return a block aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN) (to `align`)
+///   holding the first `min(usable_size(ptr), size)` bytes of `ptr`, after which `ptr` is no
+///   longer live;
+/// * `free(ptr)` releases a live block of this backend, whichever function made it;
+/// * `usable_size(ptr)` is at least the size asked for and does not change while the block
+///   is live (accounting that adds it at allocation and subtracts it at free balances).
+pub unsafe trait SizelessFree: Sync {
+    /// Allocates `size` bytes aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN).
+    fn alloc(&self, size: usize) -> *mut u8;
+    /// Allocates `size` bytes aligned to `align` (a power of two above [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)).
+    fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8;
+    /// Resizes to `size >= 1` bytes aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN), keeping the contents.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8;
+    /// Resizes to `size >= 1` bytes aligned to `align` (a power of two above
+    /// [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)), keeping the contents.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8;
+    /// Frees a block, with no size.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    unsafe fn free(&self, ptr: *mut u8);
+    /// The block's usable size (at least what was asked for, stable while it is live).
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    unsafe fn usable_size(&self, ptr: *mut u8) -> usize;
+
+    /// [`alloc`](Self::alloc), and the block's usable size (0 with NULL). A backend that
+    /// learns the size while allocating (mimalloc's `mi_umalloc`) overrides it, so that
+    /// accounting costs no second lookup.
+    #[inline]
+    fn alloc_usable(&self, size: usize) -> (*mut u8, usize) {
+        let p = self.alloc(size);
+        if p.is_null() {
+            return (p, 0);
+        }
+        // SAFETY: `p` is a live block just returned.
+        (p, unsafe { self.usable_size(p) })
+    }
+
+    /// [`alloc_aligned`](Self::alloc_aligned), and the block's usable size (0 with NULL).
+    #[inline]
+    fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
+        let p = self.alloc_aligned(size, align);
+        if p.is_null() {
+            return (p, 0);
+        }
+        // SAFETY: `p` is a live block just returned.
+        (p, unsafe { self.usable_size(p) })
+    }
+
+    /// [`free`](Self::free), returning the usable size the block had.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    #[inline]
+    unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
+        // SAFETY: the caller's promise; the block is measured before it is freed.
+        unsafe {
+            let n = self.usable_size(ptr);
+            self.free(ptr);
+            n
+        }
+    }
+}
+
+/// glibc's allocator, called by its C names (what `std::alloc::System` calls underneath).
+#[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+mod glibc {
+    use super::*;
+    use crate::System;
+
+    unsafe extern "C" {
+        fn malloc(size: usize) -> *mut c_void;
+        fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+        fn free(ptr: *mut c_void);
+        fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32;
+        fn malloc_usable_size(ptr: *mut c_void) -> usize;
+    }
+
+    // glibc's MALLOC_ALIGNMENT is 16 on every 64-bit target (and on i386 since 2.26).
+    const _: () = assert!(TABLE_MIN_ALIGN == 16);
+
+    // SAFETY: glibc's `malloc` returns 16-aligned blocks (MALLOC_ALIGNMENT) and a unique block
+    // for size 0; `posix_memalign` accepts any power-of-two multiple of `sizeof(void*)`, which
+    // every alignment above 16 is; `realloc` with a non-zero size keeps the contents and
+    // leaves the old block alone when it fails; `free` takes any of these blocks; and
+    // `malloc_usable_size` is fixed while a block is live. `realloc_aligned` moves by copying
+    // at most the old usable size.
+    unsafe impl super::SizelessFree for System {
+        #[inline]
+        fn alloc(&self, size: usize) -> *mut u8 {
+            // SAFETY: `malloc` accepts any size.
+            unsafe { malloc(size).cast() }
+        }
+        #[inline]
+        fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
+            let mut out = core::ptr::null_mut();
+            // SAFETY: `align` is a power of two above 16, so a multiple of `sizeof(void*)`.
+            match unsafe { posix_memalign(&mut out, align, size) } {
+                0 => out.cast(),
+                _ => core::ptr::null_mut(),
+            }
+        }
+        #[inline]
+        unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+            // SAFETY: `ptr` is a live glibc block and `size >= 1` (so `realloc` never frees).
+            unsafe { realloc(ptr.cast(), size.max(1)).cast() }
+        }
+        unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8 {
+            // glibc has no aligned realloc: allocate, copy what both blocks hold, free.
+            let fresh = self.alloc_aligned(size, align);
+            if !fresh.is_null() {
+                // SAFETY: `ptr` is live with `malloc_usable_size(ptr)` bytes, `fresh` holds
+                // `size`; the two are distinct blocks.
+                unsafe {
+                    let keep = malloc_usable_size(ptr.cast()).min(size);
+                    core::ptr::copy_nonoverlapping(ptr, fresh, keep);
+                    free(ptr.cast());
+                }
+            }
+            fresh
+        }
+        #[inline]
+        unsafe fn free(&self, ptr: *mut u8) {
+            // SAFETY: `ptr` is a live glibc block.
+            unsafe { free(ptr.cast()) }
+        }
+        #[inline]
+        unsafe fn usable_size(&self, ptr: *mut u8) -> usize {
+            // SAFETY: `ptr` is a live glibc block.
+            unsafe { malloc_usable_size(ptr.cast()) }
+        }
+    }
+}
+
+#[cfg(feature = "mimalloc")]
+mod mi {
+    use super::*;
+    use crate::Mimalloc;
+    use libmimalloc_sys as ffi;
+
+    // `mi_usable_size` is behind libmimalloc-sys's `extended` feature, and the `u` entry
+    // points (which report the block size while allocating or freeing, at no extra lookup)
+    // are mimalloc 3's, which libmimalloc-sys builds unless its `v2` feature is on; the
+    // symbols are in the library, so declare them here.
+    unsafe extern "C" {
+        fn mi_usable_size(p: *const c_void) -> usize;
+        fn mi_umalloc(size: usize, usable: *mut usize) -> *mut c_void;
+        fn mi_umalloc_aligned(size: usize, align: usize, usable: *mut usize) -> *mut c_void;
+        fn mi_ufree(p: *mut c_void, usable: *mut usize);
+    }
+
+    // SAFETY: `mi_malloc` of at least 16 bytes is 16-aligned (MI_MAX_ALIGN_SIZE), and the
+    // smaller sizes are served as 16; the aligned entry points return blocks of the requested
+    // alignment; `mi_realloc`/`mi_realloc_aligned` keep the contents and leave the old block
+    // valid when they fail; `mi_free` frees any mimalloc block; `mi_usable_size` is fixed
+    // while a block is live.
+    unsafe impl super::SizelessFree for Mimalloc {
+        #[inline]
+        fn alloc(&self, size: usize) -> *mut u8 {
+            // SAFETY: plain FFI call; any size is accepted (NULL on failure).
+            unsafe { ffi::mi_malloc(size.max(TABLE_MIN_ALIGN)).cast() }
+        }
+        #[inline]
+        fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
+            // SAFETY: plain FFI call; `align` is a power of two.
+            unsafe { ffi::mi_malloc_aligned(size, align).cast() }
+        }
+        #[inline]
+        unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+            // SAFETY: `ptr` is a live mimalloc block; at least 16 bytes keeps 16 alignment.
+            unsafe { ffi::mi_realloc(ptr.cast(), size.max(TABLE_MIN_ALIGN)).cast() }
+        }
+        #[inline]
+        unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8 {
+            // SAFETY: `ptr` is a live mimalloc block; `align` is a power of two.
+            unsafe { ffi::mi_realloc_aligned(ptr.cast(), size, align).cast() }
+        }
+        #[inline]
+        unsafe fn free(&self, ptr: *mut u8) {
+            // SAFETY: `ptr` is a live mimalloc block.
+            unsafe { ffi::mi_free(ptr.cast()) }
+        }
+        #[inline]
+        unsafe fn usable_size(&self, ptr: *mut u8) -> usize {
+            // SAFETY: `ptr` is a live mimalloc block.
+            unsafe { mi_usable_size(ptr.cast_const().cast()) }
+        }
+        #[inline]
+        fn alloc_usable(&self, size: usize) -> (*mut u8, usize) {
+            let mut usable = 0;
+            // SAFETY: plain FFI call; `usable` is written only when a block is returned.
+            let p = unsafe { mi_umalloc(size.max(TABLE_MIN_ALIGN), &mut usable) };
+            (p.cast(), usable)
+        }
+        #[inline]
+        fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
+            let mut usable = 0;
+            // SAFETY: plain FFI call; `align` is a power of two.
+            let p = unsafe { mi_umalloc_aligned(size, align, &mut usable) };
+            (p.cast(), usable)
+        }
+        #[inline]
+        unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
+            let mut usable = 0;
+            // SAFETY: `ptr` is a live mimalloc block.
+            unsafe { mi_ufree(ptr.cast(), &mut usable) };
+            usable
+        }
+    }
+}
