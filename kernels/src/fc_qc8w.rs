@@ -161,6 +161,8 @@ impl FullyConnectedF32Qc8w {
             min: c.min,
             max: c.max,
             rows: core::ptr::null(),
+            x: core::ptr::null(),
+            ldx: 0,
         };
         // SAFETY: the slices hold `batch` rows at their strides (checked above), the output is borrowed mutably, the block was packed for (kind, isa) by `create`, which checked the ISA.
         unsafe { lowp::run(&job) };

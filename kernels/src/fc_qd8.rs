@@ -178,13 +178,16 @@ impl FullyConnectedQd8F32Qc8w {
         self.core.packed.bytes()
     }
 
-    /// Bytes between quantized rows in the workspace (K rounded up to a cache line).
+    /// Bytes between quantized rows in the workspace: K rounded up to an odd number of
+    /// cache lines, so the rows of a tile (read together, 4 bytes each per step) fall in
+    /// different L1 sets instead of all in one when K is a multiple of 4 KiB.
     fn row_bytes(&self) -> usize {
-        self.core.k.next_multiple_of(ALIGNMENT)
+        let lines = self.core.k.div_ceil(ALIGNMENT);
+        (lines | 1) * ALIGNMENT
     }
 
     /// Workspace bytes a run of `batch` rows needs: the quantized rows (K bytes each,
-    /// rounded up to 64), 8 bytes of parameters per row, and 64 bytes of alignment slack.
+    /// rounded up to an odd multiple of 64), 8 bytes of parameters per row, and 64 bytes of alignment slack.
     pub fn workspace_size(&self, batch: usize) -> Result<usize, KernelError> {
         let overflow = KernelError::BatchOverflow { batch };
         let params = batch
@@ -233,18 +236,21 @@ impl FullyConnectedQd8F32Qc8w {
         // The input holds `batch` rows of K floats at its stride (checked); the workspace
         // parts are disjoint, aligned (RowQuant needs 4, the base is 64-aligned) and big
         // enough; the ISA was checked at create.
-        // SAFETY: as stated above.
-        unsafe {
-            quant::rows(
-                c.isa,
-                batch,
-                c.k,
-                input.as_ptr(),
-                c.input_stride,
-                a,
-                lda,
-                rows,
-            );
+        let deferred = lowp::quantizes_in_driver(c.isa);
+        if !deferred {
+            // SAFETY: as stated above.
+            unsafe {
+                quant::rows(
+                    c.isa,
+                    batch,
+                    c.k,
+                    input.as_ptr(),
+                    c.input_stride,
+                    a,
+                    lda,
+                    rows,
+                );
+            }
         }
         let job = Job {
             kind: Kind::Qd8F32Qc8w,
@@ -260,8 +266,14 @@ impl FullyConnectedQd8F32Qc8w {
             min: c.min,
             max: c.max,
             rows,
+            x: if deferred {
+                input.as_ptr()
+            } else {
+                core::ptr::null()
+            },
+            ldx: c.input_stride,
         };
-        // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their parameters were just written; the output holds `batch` rows (checked); the block was packed for (kind, isa) by `create`.
+        // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their parameters were just written, or the driver writes them from `x` (the same workspace parts, writable); the output holds `batch` rows (checked); the block was packed for (kind, isa) by `create`.
         unsafe { lowp::run(&job) };
         Ok(())
     }

@@ -5,14 +5,14 @@
 //!   of a bf16 pair of A (broadcast) with the pair of W packed for that column. The products
 //!   are exact in f32 (8-bit significands); the sums round as f32 additions (and the
 //!   instruction treats denormal inputs and outputs as zero).
-//! * `qd8`: AVX512-VNNI `vpdpbusd`: each instruction adds, per i32 lane, four products of
-//!   unsigned A bytes with signed W bytes. A is stored as `u = q + 128` (0..=255), so
-//!   `Σ u·w = Σ q·w + 128·Σ w` and, with `zpu = zero_point + 128`,
-//!   `Σ (q - zero_point)·w = Σ u·w - zpu·Σ w`: the column sums `Σ w` are packed with the
-//!   weights and the correction is one `vpmulld` + `vpsubd` per tile row. The i32 lanes
-//!   wrap (no saturation), and wrapping arithmetic is exact modulo 2³², so the result is
-//!   exact whenever the true `|Σ (q - zero_point)·w| ≤ K·255·128 < 2³¹`, i.e. K ≤ 65,536
-//!   (the operator rejects larger K).
+//! * `qd8` (AVX512-VNNI) runs in the K-blocked driver of `blocked.rs`, which keeps the
+//!   correction rule: A is stored as `u = q + 128` (0..=255), so `Σ u·w = Σ q·w + 128·Σ w`
+//!   and, with `zpu = zero_point + 128`, `Σ (q - zero_point)·w = Σ u·w - zpu·Σ w`: the
+//!   column sums `Σ w` are packed with the weights and the correction is one `vpmulld` +
+//!   `vpsubd` per output vector. The i32 lanes wrap (no saturation), and wrapping arithmetic
+//!   is exact modulo 2³², so the result is exact whenever the true
+//!   `|Σ (q - zero_point)·w| ≤ K·255·128 < 2³¹`, i.e. K ≤ 65,536 (the operator rejects
+//!   larger K).
 //! * `f32_qc8w`: 32 int8 weights per k widened with `vpmovsxbd` + `vcvtdq2ps`, then FMA
 //!   onto the bias; the per-channel scale multiplies the sum once at the end (XNNPACK's
 //!   definition: `y = scale · (bias + Σ x·w)`).
@@ -161,90 +161,6 @@ unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
                 ];
             }
             finish(t, r, v);
-        }
-    }
-}
-
-/// # Safety
-/// `t` describes valid buffers (see `lowp::run`) with `t.rows` holding `mr` entries,
-/// `1 <= mr <= 8`, and the CPU has AVX-512F and AVX512-VNNI.
-pub(super) unsafe fn qd8(mr: usize, t: &Tile) {
-    // SAFETY: forwarded (caller).
-    unsafe { by_rows!(qd8_n, mr, t) }
-}
-
-/// # Safety
-/// As [`qd8`], with `MR` rows.
-#[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn qd8_n<const MR: usize, const PF: bool>(t: &Tile) {
-    let u = chains(MR);
-    // A rows hold k bytes padded with zeros to a multiple of 4 (4-byte aligned words); the
-    // panel holds 3 × 32 header slots and ceil(k/4) words of 32 columns, 64-byte aligned.
-    // SAFETY: every load below stays inside A's rows, the row parameters or the panel.
-    unsafe {
-        let mut acc = [[[_mm512_setzero_si512(); 2]; MR]; 4];
-        let mut w = t.panel.add(3 * 128);
-        let kw = t.k.div_ceil(4);
-        let word =
-            |r: usize, s: usize| _mm512_set1_epi32(t.a.add(r * t.lda + 4 * s).cast::<i32>().read());
-        let mut s = 0;
-        while s + u <= kw {
-            for c in 0..u {
-                let wc = w.add(128 * c);
-                if PF {
-                    _mm_prefetch::<_MM_HINT_T1>(wc.wrapping_offset(t.pf).cast());
-                    _mm_prefetch::<_MM_HINT_T1>(wc.wrapping_offset(t.pf + 64).cast());
-                }
-                let w0 = _mm512_load_si512(wc.cast());
-                let w1 = _mm512_load_si512(wc.add(64).cast());
-                for (r, acc) in acc[c].iter_mut().enumerate() {
-                    let x = word(r, s + c);
-                    acc[0] = _mm512_dpbusd_epi32(acc[0], x, w0);
-                    acc[1] = _mm512_dpbusd_epi32(acc[1], x, w1);
-                }
-            }
-            w = w.add(128 * u);
-            s += u;
-        }
-        while s < kw {
-            let w0 = _mm512_load_si512(w.cast());
-            let w1 = _mm512_load_si512(w.add(64).cast());
-            for (r, acc) in acc[0].iter_mut().enumerate() {
-                let x = word(r, s);
-                acc[0] = _mm512_dpbusd_epi32(acc[0], x, w0);
-                acc[1] = _mm512_dpbusd_epi32(acc[1], x, w1);
-            }
-            w = w.add(128);
-            s += 1;
-        }
-        let p = t.panel.cast::<f32>();
-        let bias = [_mm512_load_ps(p), _mm512_load_ps(p.add(16))];
-        let wscale = [_mm512_load_ps(p.add(32)), _mm512_load_ps(p.add(48))];
-        let colsum = [
-            _mm512_load_si512(p.add(64).cast()),
-            _mm512_load_si512(p.add(80).cast()),
-        ];
-        for r in 0..MR {
-            let mut v = acc[0][r];
-            for chain in acc.iter().take(u).skip(1) {
-                v = [
-                    _mm512_add_epi32(v[0], chain[r][0]),
-                    _mm512_add_epi32(v[1], chain[r][1]),
-                ];
-            }
-            let q = t.rows.add(r).read();
-            let zpu = _mm512_set1_epi32(q.zpu);
-            let sa = _mm512_set1_ps(q.scale);
-            let mut out = [_mm512_setzero_ps(); 2];
-            for h in 0..2 {
-                let exact = _mm512_sub_epi32(v[h], _mm512_mullo_epi32(zpu, colsum[h]));
-                out[h] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(exact),
-                    _mm512_mul_ps(sa, wscale[h]),
-                    bias[h],
-                );
-            }
-            finish(t, r, out);
         }
     }
 }

@@ -13,12 +13,23 @@
 //! * `f32_qc8w`: NR f32 biases, NR f32 weight scales, then for each input channel NR int8
 //!   weights (k-major, so a batch-1 run streams the block once, 4x fewer bytes than f32).
 //!
-//! The driver runs N blocks of 256 KiB of packed weights (kept in L2 while every row
-//! tile of the batch passes over them), balanced row tiles of at most MR rows, and the full
-//! K in one microkernel call, epilogue included (no K blocking and no partial sums in C:
-//! simpler than the f32 driver, at the price of A rows and panels that outgrow L1/L2 for
-//! very long K). Batch 1 with more than 16 MiB of packed weights (DRAM-bound) prefetches
-//! 16 KiB ahead into L2. One thread per run.
+//! NR is 32 on AVX-512, except `qd8_f32_qc8w` on AVX512-VNNI (64), 16 on AVX2, 8 scalar.
+//!
+//! Two drivers:
+//!
+//! * `bf16_f32` on AVX-512F (bf16 widened to f32 and FMA, the default on Intel cores where
+//!   `vdpbf16ps` is half-rate) and `qd8_f32_qc8w` on AVX512-VNNI, the compute-bound paths,
+//!   run the K-blocked driver of `blocked.rs`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
+//!   accumulators, the packed weights streamed once per row chunk, partial sums kept
+//!   between K blocks (see its docs).
+//! * Every other (kind, ISA) runs [`run`]'s driver: N blocks of 256 KiB of packed weights
+//!   (kept in L2 while every row tile of the batch passes over them), balanced row tiles of
+//!   at most MR rows, and the full K in one microkernel call, epilogue included (no K
+//!   blocking and no partial sums in C: simpler than the f32 driver, at the price of A rows
+//!   and panels that outgrow L1/L2 for very long K). Batch 1 with more than 16 MiB of
+//!   packed weights (DRAM-bound) prefetches 16 KiB ahead into L2.
+//!
+//! One thread per run.
 
 mod isa;
 pub(crate) mod op;
@@ -30,6 +41,8 @@ mod scalar;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod blocked;
 
 pub use isa::{DOT_ISA_ENV, DotIsa};
 pub(crate) use isa::{Kind, choose, forced};
@@ -61,6 +74,11 @@ pub(crate) struct Shape {
 /// The tile shape of `kind` on `isa`.
 pub(crate) const fn shape(kind: Kind, isa: DotIsa) -> Shape {
     match (kind, isa) {
+        #[cfg(target_arch = "x86_64")]
+        (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => Shape {
+            mr: 6,
+            nr: blocked::NR_QD8,
+        },
         (_, DotIsa::Avx512 | DotIsa::Avx512Vnni | DotIsa::Avx512Bf16) => Shape { mr: 8, nr: 32 },
         (Kind::Qd8F32Qc8w, DotIsa::Avx2) => Shape { mr: 2, nr: 16 },
         (_, DotIsa::Avx2 | DotIsa::AvxVnni) => Shape { mr: 4, nr: 16 },
@@ -111,7 +129,19 @@ pub(crate) struct Job {
     pub ldc: usize,
     pub min: f32,
     pub max: f32,
+    /// qd8: the rows' quantization. When `x` is not NULL, the driver writes them and the
+    /// rows of `a` (both then point into the run's mutably borrowed workspace).
     pub rows: *const RowQuant,
+    /// qd8 on ISAs where [`quantizes_in_driver`]: the f32 input rows (`ldx` floats apart)
+    /// the driver quantizes into `a` and `rows` chunk by chunk; NULL otherwise.
+    pub x: *const f32,
+    pub ldx: usize,
+}
+
+/// True when the driver of `isa` quantizes qd8 rows itself (chunk by chunk, prefetching
+/// the next chunk's input while it computes), so `run` must not quantize them first.
+pub(crate) fn quantizes_in_driver(isa: DotIsa) -> bool {
+    cfg!(target_arch = "x86_64") && isa == DotIsa::Avx512Vnni
 }
 
 /// Packed weights per N block. 256 KiB measured best of 128 KiB – 1 GiB on
@@ -130,8 +160,19 @@ const PREFETCH_BYTES: isize = 16 << 10;
 /// values, or K bytes padded with zeros to a multiple of 4 for qd8); `job.c` holds `m` rows
 /// of `n` writable floats at stride `ldc`, aliased by nothing else; `job.packed` is the
 /// operator's packed block for `(kind, isa)` (64-byte aligned); for qd8 `job.rows` holds
-/// `m` entries; `job.isa` is supported by this CPU and has a kernel for `kind`.
+/// `m` entries; `job.isa` is supported by this CPU and has a kernel for `kind`. For qd8 with
+/// `job.x` set (only where [`quantizes_in_driver`]), the rows of `job.a` and the entries of
+/// `job.rows` are writable and not yet written, and `job.x` holds `m` rows of K floats at
+/// stride `ldx`.
 pub(crate) unsafe fn run(job: &Job) {
+    #[cfg(target_arch = "x86_64")]
+    match (job.kind, job.isa) {
+        // SAFETY: forwarded (caller); the panels are packed for the driver's NR (`shape`).
+        (Kind::Bf16F32, DotIsa::Avx512) => return unsafe { blocked::bf16(job) },
+        // SAFETY: as above.
+        (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => return unsafe { blocked::qd8(job) },
+        _ => {}
+    }
     let s = shape(job.kind, job.isa);
     let panel = panel_bytes(job.kind, s.nr, job.k);
     let panels = job.n.div_ceil(s.nr);
@@ -187,7 +228,9 @@ unsafe fn tile(kind: Kind, isa: DotIsa, mr: usize, t: &Tile) {
             #[cfg(target_arch = "x86_64")]
             (Kind::Bf16F32, DotIsa::Avx512Bf16) => avx512::bf16(mr, t),
             #[cfg(target_arch = "x86_64")]
-            (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => avx512::qd8(mr, t),
+            (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) | (Kind::Bf16F32, DotIsa::Avx512) => {
+                unreachable!("run by the K-blocked driver")
+            }
             #[cfg(target_arch = "x86_64")]
             (Kind::F32Qc8w, DotIsa::Avx512) => avx512::f32_qc8w(mr, t),
             #[cfg(target_arch = "x86_64")]

@@ -107,7 +107,9 @@ mod avx512 {
     }
 
     /// [`super::row_scalar`] with AVX-512: the same f32 operations (multiply, round to
-    /// nearest-even by `vcvtps2dq` under the default MXCSR, add, clamp), so bit-identical.
+    /// nearest-even by `vcvtps2dq` under the default MXCSR, add, clamp by saturation), so
+    /// bit-identical. (The i32 sum cannot overflow: `|x · inv_scale| <= 255` for a finite
+    /// row, and a non-finite row has an unspecified result anyway.)
     ///
     /// # Safety
     /// `x` holds `k` floats, `out` `k` writable bytes; the CPU has AVX-512F/BW/VL.
@@ -117,28 +119,56 @@ mod avx512 {
         // neither fault nor write).
         // SAFETY: every access is within `x[..k]` or `out[..k]`.
         unsafe {
-            let mut lo = _mm512_setzero_ps();
-            let mut hi = _mm512_setzero_ps();
+            // Four independent min and max chains over 64 values a step (the latency of
+            // `vminps`), then the masked tail (its masked-off lanes are 0, always in range).
+            let mut lo = [_mm512_setzero_ps(); 4];
+            let mut hi = [_mm512_setzero_ps(); 4];
             let mut i = 0;
+            while i + 64 <= k {
+                for j in 0..4 {
+                    let v = _mm512_loadu_ps(x.add(i + 16 * j));
+                    lo[j] = _mm512_min_ps(lo[j], v);
+                    hi[j] = _mm512_max_ps(hi[j], v);
+                }
+                i += 64;
+            }
             while i < k {
                 let v = _mm512_maskz_loadu_ps(mask(k - i), x.add(i));
-                lo = _mm512_min_ps(lo, v);
-                hi = _mm512_max_ps(hi, v);
+                lo[0] = _mm512_min_ps(lo[0], v);
+                hi[0] = _mm512_max_ps(hi[0], v);
                 i += 16;
             }
+            let lo = _mm512_min_ps(_mm512_min_ps(lo[0], lo[1]), _mm512_min_ps(lo[2], lo[3]));
+            let hi = _mm512_max_ps(_mm512_max_ps(hi[0], hi[1]), _mm512_max_ps(hi[2], hi[3]));
             let (zp, inv) = params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi));
             let vinv = _mm512_set1_ps(inv);
             let vzp = _mm512_set1_epi32(zp);
-            let qlo = _mm512_set1_epi32(-128);
-            let qhi = _mm512_set1_epi32(127);
-            let off = _mm512_set1_epi32(128);
+            let q = |i: usize| {
+                _mm512_add_epi32(
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x.add(i)), vinv)),
+                    vzp,
+                )
+            };
+            // 64 values a step: two saturating packs (i32 → i16 → i8: the clamp to
+            // [-128, 127]) interleave the four vectors by 128-bit lane, `vpermd` restores
+            // their order, flipping the sign bit adds 128.
+            let flip = _mm512_set1_epi8(-128);
+            let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
             let mut i = 0;
+            while i + 64 <= k {
+                let ab = _mm512_packs_epi32(q(i), q(i + 16));
+                let cd = _mm512_packs_epi32(q(i + 32), q(i + 48));
+                let u = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
+                _mm512_storeu_si512(out.add(i).cast(), _mm512_xor_si512(u, flip));
+                i += 64;
+            }
+            // `vpmovsdb` saturates the same way.
+            let flip = _mm_set1_epi8(-128);
             while i < k {
                 let mk = mask(k - i);
                 let v = _mm512_maskz_loadu_ps(mk, x.add(i));
                 let q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, vinv)), vzp);
-                let q = _mm512_min_epi32(_mm512_max_epi32(q, qlo), qhi);
-                let u = _mm512_cvtepi32_epi8(_mm512_add_epi32(q, off));
+                let u = _mm_xor_si128(_mm512_cvtsepi32_epi8(q), flip);
                 _mm_mask_storeu_epi8(out.add(i).cast(), mk, u);
                 i += 16;
             }

@@ -1,0 +1,757 @@
+//! The K-blocked AVX-512 driver and microkernels of `bf16_f32` (widened to f32 and FMA) and
+//! `qd8_f32_qc8w` (AVX512-VNNI `vpdpbusd`), the compute-bound paths. Tiles hold 24 zmm
+//! accumulators, A operands are broadcast straight from memory (a load, no shuffle port),
+//! and one or two rows (batch 1 or 2, bound by memory) split each accumulator into four or
+//! two independent chains.
+//!
+//! * bf16 on AVX-512F, tiles of 12 rows × 32 columns. On Intel cores `vdpbf16ps` zmm issues
+//!   at a quarter of the rate of `vfmadd231ps` zmm (measured here: 1.3 G/s against
+//!   5.4 G/s), half its multiply-adds, so two FMAs on bf16 widened to f32 (a shift for the
+//!   even element of a packed pair, an AND for the odd one: exact) do twice the work per
+//!   cycle. The products of two bf16 values are exact in f32 and each FMA rounds its sum
+//!   once, as `vdpbf16ps` does per element (but keeping denormals). Loop order (B stationary
+//!   in L1): for each chunk of 48 rows and each K block of 256 values (longer for a smaller
+//!   batch: K up to 13,040 in one block at batch 1), A is widened to f32 on the stack
+//!   (51 KiB), then for each panel every row tile passes over the panel's slice (16 KiB for
+//!   a full chunk); partial sums stay in C between K blocks (the first block starts from
+//!   the bias, the last clamps).
+//! * qd8 on AVX512-VNNI, tiles of 6 rows × 64 columns (4 zmm of weights per step, one
+//!   broadcast per row). Loop order: for each chunk of at most 128 rows (their quantized A
+//!   within 1 MiB, so it stays in L2), quantize the chunk's input rows (prefetched into L2
+//!   while the previous chunk computed), then for each panel every row tile runs the whole
+//!   K (up to 4096;
+//!   longer K in blocks of 4096 with the i32 partial sums on the stack, never in C). The
+//!   last block applies the exact zero-point correction and the f32 epilogue (see
+//!   `avx512.rs` for the `+128` rule), bit-identical to the scalar kernel. Few long calls:
+//!   measured here, 128-word K blocks (slices in L1) lost 10% to per-call overhead.
+//!
+//! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
+//! into L2, one line a step each (two tiles for bf16, four for qd8: measured here, better
+//! than one tile prefetching whole steps).
+
+use core::arch::x86_64::*;
+
+use super::{DotIsa, Job, Kind, RowQuant, panel_bytes, quant};
+
+/// bf16: columns per panel (the packing's NR on AVX-512).
+const NR: usize = 32;
+/// bf16: most rows per tile (12 × 2 = 24 zmm accumulators).
+const MR: usize = 12;
+/// bf16: packed pairs per K block of a full chunk: a 16 KiB slice of one panel.
+const KC_WORDS: usize = 128;
+/// bf16: rows per chunk of A widened to f32 on the stack.
+const MC_BF16: usize = 48;
+/// Floats between the widened A rows of a bf16 chunk: 2·KC_WORDS plus one cache line, so
+/// the rows of a tile fall in different L1 sets.
+const CHUNK_LD: usize = 2 * KC_WORDS + 16;
+/// qd8: columns per panel (four zmm per tile row).
+pub(super) const NR_QD8: usize = 64;
+/// qd8: most rows per tile (6 × 4 = 24 zmm accumulators).
+const MR_QD8: usize = 6;
+/// qd8: 4-byte words per K block (K = 4096): longer calls beat L1-sized slices here.
+const KC_QD8: usize = 1024;
+/// qd8: most rows per chunk (their partial sums: 32 KiB of stack).
+const QD8_MC: usize = 128;
+
+/// Aligned stack storage of a qd8 chunk's i32 partial sums.
+#[repr(C, align(64))]
+struct Partial([i32; QD8_MC * NR_QD8]);
+/// qd8: quantized A bytes per row chunk (half of a 2 MiB L2): the chunk's rows are read
+/// once per panel.
+const QD8_A_BYTES: usize = 1 << 20;
+/// Packed weights above which the first row tile of each slice prefetches the next slice
+/// into L2 (below, they stay in L2 between runs and the prefetches only take load slots).
+const PREFETCH_ABOVE: usize = 1 << 20;
+/// bf16: bytes of one packed pair row of a panel.
+const ROW: usize = 4 * NR;
+
+/// One microkernel call: `mr` rows × one panel's K slice.
+struct Blk {
+    /// First A element of the slice (f32 for bf16, `q + 128` bytes for qd8).
+    a: *const u8,
+    /// Distance between A rows in bytes.
+    lda: usize,
+    /// The panel (its header: biases, scales, column sums).
+    panel: *const u8,
+    /// First packed word row of the slice.
+    w: *const u8,
+    /// Word rows in the slice.
+    steps: usize,
+    /// Top-left element of the C tile.
+    c: *mut f32,
+    /// Row stride of C in floats.
+    ldc: usize,
+    /// Valid columns (1..=NR of the kind).
+    nvalid: usize,
+    /// The first K block: start from the bias (bf16) or zero (qd8), not from the partial
+    /// sums.
+    first: bool,
+    /// The last K block: apply the epilogue.
+    last: bool,
+    min: f32,
+    max: f32,
+    /// qd8: the tile's rows' quantization.
+    rows: *const RowQuant,
+    /// Where this tile prefetches into L2, one line a step (NULL: nowhere).
+    pf: *const u8,
+    /// qd8: the tile's i32 partial sums between K blocks (rows `NR_QD8` apart), on the
+    /// driver's stack; NULL for bf16 (its partial sums live in C).
+    part: *mut i32,
+}
+
+/// Balanced row tiles of at most `mr` rows (`gemm::row_tiles`'s split), computed once per
+/// chunk instead of once per slice (two divisions each time).
+#[derive(Clone, Copy)]
+struct Tiles {
+    count: usize,
+    base: usize,
+    extra: usize,
+}
+
+impl Tiles {
+    fn new(rows: usize, mr: usize) -> Tiles {
+        let count = rows.div_ceil(mr);
+        Tiles {
+            count,
+            base: rows / count,
+            extra: rows % count,
+        }
+    }
+
+    /// `(first row, rows)` of each tile.
+    fn iter(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.count).map(move |t| {
+            (
+                t * self.base + t.min(self.extra),
+                self.base + usize::from(t < self.extra),
+            )
+        })
+    }
+}
+
+/// A cursor over input rows `row..end` (`ldx` floats apart, `k` floats each) that
+/// prefetches `per_call` cache lines into L2 per [`step`](Self::step).
+struct PrefetchRows {
+    x: *const f32,
+    ldx: usize,
+    k: usize,
+    row: usize,
+    end: usize,
+    /// Float offset within the current row.
+    at: usize,
+    per_call: usize,
+}
+
+impl PrefetchRows {
+    #[inline]
+    fn step(&mut self) {
+        for _ in 0..self.per_call {
+            if self.row >= self.end {
+                return;
+            }
+            let line = self.x.wrapping_add(self.row * self.ldx + self.at);
+            // SAFETY: a prefetch never faults; the address is inside the input (rows below `end`).
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.cast()) };
+            self.at += 64 / size_of::<f32>();
+            if self.at >= self.k {
+                self.at = 0;
+                self.row += 1;
+            }
+        }
+    }
+}
+
+/// The mask of the first `n` (0..=16) lanes.
+#[inline(always)]
+fn lanes(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as __mmask16
+}
+
+/// Aligned stack storage of the widened A chunk.
+#[repr(C, align(64))]
+struct Chunk([f32; MC_BF16 * CHUNK_LD]);
+
+/// Runs a `bf16_f32` job on AVX-512F (FMA on widened bf16).
+///
+/// # Safety
+/// As `lowp::run`, with `job.isa` AVX-512 and the panels packed for NR = 32.
+pub(super) unsafe fn bf16(job: &Job) {
+    let panel = panel_bytes(Kind::Bf16F32, NR, job.k);
+    let panels = job.n.div_ceil(NR);
+    let pairs = job.k.div_ceil(2);
+    let prefetch = panel * panels > PREFETCH_ABOVE;
+    // Uninitialized: each row's slice is written (widen) before the kernels read it.
+    let mut chunk = core::mem::MaybeUninit::<Chunk>::uninit();
+    let chunk_ptr = chunk.as_mut_ptr().cast::<f32>();
+    // Fewer rows than a full chunk take longer K blocks in the same buffer (batch 1: K up to
+    // 13,040 in one block, so each panel streams in one sequential pass).
+    let kc = (MC_BF16 * CHUNK_LD / MC_BF16.min(job.m) - 16) / 2;
+    let ld = 2 * kc + 16;
+    let lda = ld * size_of::<f32>();
+    let mut r0 = 0;
+    while r0 < job.m {
+        let rows = MC_BF16.min(job.m - r0);
+        let tiles = Tiles::new(rows, MR);
+        let mut q0 = 0;
+        while q0 < pairs {
+            let q1 = (q0 + kc).min(pairs);
+            let vals = (2 * q1).min(job.k) - 2 * q0;
+            for r in 0..rows {
+                // SAFETY: row r0 + r of A holds k bf16 values (caller), values 2·q0.. of it are read; the chunk row holds ld floats (rows · ld <= MC_BF16 · CHUNK_LD) and `vals + 1 <= 2·kc` are written.
+                unsafe {
+                    widen(
+                        job.a.add((r0 + r) * job.lda + 4 * q0).cast(),
+                        vals,
+                        chunk_ptr.add(r * ld),
+                    );
+                }
+            }
+            for p in 0..panels {
+                // SAFETY: panel p and its slice q0..q1 are inside the packed block; the next slice's address is only prefetched.
+                let (base, next) = unsafe {
+                    let base = job.packed.add(p * panel);
+                    let next = if p + 1 < panels {
+                        base.add(panel + ROW + q0 * ROW)
+                    } else {
+                        job.packed.add(ROW + q1 * ROW)
+                    };
+                    (base, next)
+                };
+                for (i, (m0, mr)) in tiles.iter().enumerate() {
+                    // SAFETY: rows r0+m0.. of C and of the chunk, and the panel's columns, are in bounds (caller).
+                    unsafe {
+                        let b = Blk {
+                            a: chunk_ptr.add(m0 * ld).cast_const().cast(),
+                            lda,
+                            panel: base,
+                            w: base.add(ROW + q0 * ROW),
+                            steps: q1 - q0,
+                            c: job.c.add((r0 + m0) * job.ldc + p * NR),
+                            ldc: job.ldc,
+                            nvalid: NR.min(job.n - p * NR),
+                            first: q0 == 0,
+                            last: q1 == pairs,
+                            min: job.min,
+                            max: job.max,
+                            rows: core::ptr::null(),
+                            // One line a step: tiles 0 and 1 cover the two halves of the
+                            // next slice.
+                            pf: if prefetch && i < 2 {
+                                next.wrapping_add(64 * i * (q1 - q0))
+                            } else {
+                                core::ptr::null()
+                            },
+                            part: core::ptr::null_mut(),
+                        };
+                        bf16_tile(mr, &b);
+                    }
+                }
+            }
+            q0 = q1;
+        }
+        r0 += rows;
+    }
+}
+
+/// Widens `n` bf16 values at `src` to f32 at `dst`, then writes one zero after them when
+/// `n` is odd (the missing half of the last pair, whose packed weight is zero too).
+///
+/// # Safety
+/// `src` holds `n` values, `dst` `n + 1` writable floats; the CPU has AVX-512F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen(src: *const u16, n: usize, dst: *mut f32) {
+    // Masked-off lanes are neither read nor written.
+    // SAFETY: every access is within `src[..n]` or `dst[..n + 1]`.
+    unsafe {
+        let mut i = 0;
+        while i < n {
+            let m = lanes(n - i);
+            let v = _mm256_maskz_loadu_epi16(m, src.add(i).cast());
+            let f = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v));
+            _mm512_mask_storeu_ps(dst.add(i), m, _mm512_castsi512_ps(f));
+            i += 16;
+        }
+        if n % 2 == 1 {
+            dst.add(n).write(0.0);
+        }
+    }
+}
+
+/// Dispatches `mr` rows to `$kernel::<R, U>`: U independent chains per accumulator (four
+/// for one row, two for two, else one), each a separate array so the accumulators stay in
+/// registers.
+macro_rules! by_rows {
+    ($kernel:ident, $mr:expr, $b:expr) => {
+        match $mr {
+            1 => $kernel::<1, 4>($b),
+            2 => $kernel::<2, 2>($b),
+            3 => $kernel::<3, 1>($b),
+            4 => $kernel::<4, 1>($b),
+            5 => $kernel::<5, 1>($b),
+            6 => $kernel::<6, 1>($b),
+            7 => $kernel::<7, 1>($b),
+            8 => $kernel::<8, 1>($b),
+            9 => $kernel::<9, 1>($b),
+            10 => $kernel::<10, 1>($b),
+            11 => $kernel::<11, 1>($b),
+            _ => $kernel::<12, 1>($b),
+        }
+    };
+}
+
+/// # Safety
+/// `b` describes valid buffers, `1 <= mr <= MR`, and the CPU has AVX-512F.
+unsafe fn bf16_tile(mr: usize, b: &Blk) {
+    // SAFETY: forwarded (caller).
+    unsafe { by_rows!(bf16_n, mr, b) }
+}
+
+/// # Safety
+/// As [`bf16_tile`], with `R` rows and `U` chains.
+// Indexed loops with constant bounds: they unroll, and the accumulators stay in registers.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f")]
+unsafe fn bf16_n<const R: usize, const U: usize>(b: &Blk) {
+    let u = U;
+    // A: R rows of 2·steps floats at stride lda; the slice: steps rows of 128 bytes; C: R rows of nvalid floats; the header's first 32 floats are the biases.
+    // SAFETY: every load and store below stays inside those; prefetches never fault.
+    unsafe {
+        // Chain 0 starts from the bias (first block: the C loads are masked off entirely)
+        // or from the partial sums in C; the other chains from zero.
+        let p = b.panel.cast::<f32>();
+        let bias = [_mm512_load_ps(p), _mm512_load_ps(p.add(16))];
+        let m = if b.first { 0 } else { b.nvalid };
+        let start = |r: usize, h: usize| {
+            let c = b.c.add(r * b.ldc).wrapping_add(16 * h);
+            _mm512_mask_loadu_ps(bias[h], lanes(m.saturating_sub(16 * h)), c)
+        };
+        let mut acc = [[[_mm512_setzero_ps(); 2]; R]; U];
+        for r in 0..R {
+            acc[0][r] = [start(r, 0), start(r, 1)];
+        }
+        let hi = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        let x = |r: usize, s: usize, h: usize| {
+            _mm512_set1_ps(b.a.add(r * b.lda + 8 * s + 4 * h).cast::<f32>().read())
+        };
+        let mut w = b.w;
+        let mut s = 0;
+        while s + u <= b.steps {
+            for c in 0..u {
+                let wc = w.add(ROW * c);
+                if !b.pf.is_null() {
+                    _mm_prefetch::<_MM_HINT_T1>(b.pf.wrapping_add(64 * (s + c)).cast());
+                }
+                let v0 = _mm512_load_si512(wc.cast());
+                let v1 = _mm512_load_si512(wc.add(64).cast());
+                let e0 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v0));
+                let e1 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v1));
+                let o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+                let o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+                for (r, acc) in acc[c].iter_mut().enumerate() {
+                    let xe = x(r, s + c, 0);
+                    acc[0] = _mm512_fmadd_ps(xe, e0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(xe, e1, acc[1]);
+                    let xo = x(r, s + c, 1);
+                    acc[0] = _mm512_fmadd_ps(xo, o0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(xo, o1, acc[1]);
+                }
+            }
+            w = w.add(ROW * u);
+            s += u;
+        }
+        while s < b.steps {
+            let v0 = _mm512_load_si512(w.cast());
+            let v1 = _mm512_load_si512(w.add(64).cast());
+            let e0 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v0));
+            let e1 = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v1));
+            let o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+            let o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+            for (r, acc) in acc[0].iter_mut().enumerate() {
+                let xe = x(r, s, 0);
+                acc[0] = _mm512_fmadd_ps(xe, e0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(xe, e1, acc[1]);
+                let xo = x(r, s, 1);
+                acc[0] = _mm512_fmadd_ps(xo, o0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(xo, o1, acc[1]);
+            }
+            w = w.add(ROW);
+            s += 1;
+        }
+        let (lo, hi) = (_mm512_set1_ps(b.min), _mm512_set1_ps(b.max));
+        // Unbounded: the clamp is the identity (NaN included), skip it.
+        let clamp = b.min != f32::NEG_INFINITY || b.max != f32::INFINITY;
+        for r in 0..R {
+            let mut v = acc[0][r];
+            for chain in acc.iter().take(u).skip(1) {
+                v = [
+                    _mm512_add_ps(v[0], chain[r][0]),
+                    _mm512_add_ps(v[1], chain[r][1]),
+                ];
+            }
+            let c = b.c.add(r * b.ldc);
+            for (h, v) in v.into_iter().enumerate() {
+                // Clamp with NaN propagating (as the other kernels).
+                let v = if b.last && clamp {
+                    _mm512_min_ps(hi, _mm512_max_ps(lo, v))
+                } else {
+                    v
+                };
+                _mm512_mask_storeu_ps(
+                    c.wrapping_add(16 * h),
+                    lanes(b.nvalid.saturating_sub(16 * h)),
+                    v,
+                );
+            }
+        }
+    }
+}
+
+/// Runs a `qd8_f32_qc8w` job on AVX512-VNNI.
+///
+/// # Safety
+/// As `lowp::run`, with `job.isa` AVX512-VNNI and the panels packed for NR = [`NR_QD8`].
+pub(super) unsafe fn qd8(job: &Job) {
+    let panel = panel_bytes(Kind::Qd8F32Qc8w, NR_QD8, job.k);
+    let panels = job.n.div_ceil(NR_QD8);
+    let words = job.k.div_ceil(4);
+    let row = 4 * NR_QD8;
+    // Rows per chunk: their quantized A (read once per panel) stays within half of L2, and
+    // their partial sums within the stack buffer.
+    let chunk = (QD8_A_BYTES / job.lda).clamp(MR_QD8, QD8_MC);
+    let prefetch = panel * panels > PREFETCH_ABOVE;
+    // Uninitialized: the first K block of every tile writes its rows before any read.
+    let mut part = core::mem::MaybeUninit::<Partial>::uninit();
+    let part = part.as_mut_ptr().cast::<i32>();
+    let blocks = words.div_ceil(KC_QD8);
+    let x_line = 64 / size_of::<f32>();
+    let mut r0 = 0;
+    while r0 < job.m {
+        let rows = chunk.min(job.m - r0);
+        let tiles = Tiles::new(rows, MR_QD8);
+        // Input rows of the next chunk, prefetched into L2 a few lines before each tile
+        // call so that quantizing them reads L2, not L3 (the read then overlaps the
+        // arithmetic instead of preceding it).
+        let mut pf_x = PrefetchRows {
+            x: job.x,
+            ldx: job.ldx,
+            k: job.k,
+            row: r0 + rows,
+            end: if job.x.is_null() {
+                0
+            } else {
+                (r0 + rows + chunk).min(job.m)
+            },
+            at: 0,
+            per_call: 0,
+        };
+        pf_x.per_call = (pf_x.end.saturating_sub(pf_x.row) * job.k.div_ceil(x_line))
+            .div_ceil(panels * tiles.count * blocks);
+        if !job.x.is_null() {
+            // SAFETY: rows r0.. of the input, of A and of the row parameters are in bounds, A and the parameters writable (caller: `x` set).
+            unsafe {
+                quant::rows(
+                    DotIsa::Avx512Vnni,
+                    rows,
+                    job.k,
+                    job.x.add(r0 * job.ldx),
+                    job.ldx,
+                    job.a.add(r0 * job.lda).cast_mut(),
+                    job.lda,
+                    job.rows.add(r0).cast_mut(),
+                );
+            }
+        }
+        for p in 0..panels {
+            // SAFETY: panel p is inside the packed block.
+            let base = unsafe { job.packed.add(p * panel) };
+            let mut q0 = 0;
+            while q0 < words {
+                let q1 = (q0 + KC_QD8).min(words);
+                // The slice after this one (the panel's next, or the next panel's first):
+                // only prefetched, by the first row tiles.
+                let next = if q1 < words {
+                    base.wrapping_add(3 * row + q1 * row)
+                } else {
+                    base.wrapping_add(panel + 3 * row)
+                };
+                // The next slice is VQ times as many lines as a tile has steps; a batch
+                // with fewer tiles prefetches part of it.
+                let spread = VQ;
+                for (i, (m0, mr)) in tiles.iter().enumerate() {
+                    pf_x.step();
+                    // SAFETY: rows r0+m0.. of A, of C and of the row parameters, and the panel's columns and slice, are in bounds (caller).
+                    unsafe {
+                        let b = Blk {
+                            a: job.a.add((r0 + m0) * job.lda + 4 * q0),
+                            lda: job.lda,
+                            panel: base,
+                            w: base.add(3 * row + q0 * row),
+                            steps: q1 - q0,
+                            c: job.c.add((r0 + m0) * job.ldc + p * NR_QD8),
+                            ldc: job.ldc,
+                            nvalid: NR_QD8.min(job.n - p * NR_QD8),
+                            first: q0 == 0,
+                            last: q1 == words,
+                            min: job.min,
+                            max: job.max,
+                            rows: job.rows.add(r0 + m0),
+                            // One line a step: tile i covers the i-th run of `steps` lines
+                            // of the next slice (spread over the first four tiles).
+                            pf: if prefetch && i < spread && (p + 1 < panels || q1 < words) {
+                                next.wrapping_add(64 * i * (q1 - q0))
+                            } else {
+                                core::ptr::null()
+                            },
+                            part: part.add(m0 * NR_QD8),
+                        };
+                        qd8_tile(mr, &b);
+                    }
+                }
+                q0 = q1;
+            }
+        }
+        r0 += rows;
+    }
+}
+
+/// # Safety
+/// `b` describes valid buffers with `b.rows` holding `mr` entries, `1 <= mr <= MR_QD8`,
+/// and the CPU has AVX-512F and AVX512-VNNI.
+unsafe fn qd8_tile(mr: usize, b: &Blk) {
+    // SAFETY: forwarded (caller).
+    unsafe {
+        match mr {
+            1 => qd8_n::<1, 4>(b),
+            2 => qd8_n::<2, 2>(b),
+            3 => qd8_n::<3, 1>(b),
+            4 => qd8_n::<4, 1>(b),
+            5 => qd8_n::<5, 1>(b),
+            _ => qd8_n::<6, 1>(b),
+        }
+    }
+}
+
+/// Vectors (16 columns each) per qd8 tile row.
+const VQ: usize = NR_QD8 / 16;
+
+/// # Safety
+/// As [`qd8_tile`], with `R` rows and `U` chains.
+// Indexed loops with constant bounds: they unroll, and the accumulators stay in registers.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn qd8_n<const R: usize, const U: usize>(b: &Blk) {
+    let row = 4 * NR_QD8;
+    // A: R rows of 4·steps bytes at stride lda; the slice: steps rows of 256 bytes; the partial sums: R rows of NR_QD8 i32 (64-byte aligned); the header: biases, scales, column sums; C: R rows of nvalid floats (last block); the row parameters: R entries.
+    // SAFETY: every load and store below stays inside those; prefetches never fault.
+    unsafe {
+        // Chain 0 starts from the partial sums on the stack (zero in the first K block), the
+        // other chains from zero.
+        let mut acc = [[[_mm512_setzero_si512(); VQ]; R]; U];
+        if !b.first {
+            for r in 0..R {
+                for h in 0..VQ {
+                    acc[0][r][h] = _mm512_load_epi32(b.part.add(r * NR_QD8 + 16 * h));
+                }
+            }
+        }
+        let x = |r: usize, s: usize| {
+            _mm512_set1_epi32(b.a.add(r * b.lda + 4 * s).cast::<i32>().read_unaligned())
+        };
+        let mut w = b.w;
+        let mut s = 0;
+        while s + U <= b.steps {
+            for c in 0..U {
+                let wc = w.add(row * c);
+                if !b.pf.is_null() {
+                    _mm_prefetch::<_MM_HINT_T1>(b.pf.wrapping_add(64 * (s + c)).cast());
+                }
+                let mut wv = [_mm512_setzero_si512(); VQ];
+                for (h, wv) in wv.iter_mut().enumerate() {
+                    *wv = _mm512_load_si512(wc.add(64 * h).cast());
+                }
+                for (r, acc) in acc[c].iter_mut().enumerate() {
+                    let xv = x(r, s + c);
+                    for h in 0..VQ {
+                        acc[h] = _mm512_dpbusd_epi32(acc[h], xv, wv[h]);
+                    }
+                }
+            }
+            w = w.add(row * U);
+            s += U;
+        }
+        while s < b.steps {
+            let mut wv = [_mm512_setzero_si512(); VQ];
+            for (h, wv) in wv.iter_mut().enumerate() {
+                *wv = _mm512_load_si512(w.add(64 * h).cast());
+            }
+            for (r, acc) in acc[0].iter_mut().enumerate() {
+                let xv = x(r, s);
+                for h in 0..VQ {
+                    acc[h] = _mm512_dpbusd_epi32(acc[h], xv, wv[h]);
+                }
+            }
+            w = w.add(row);
+            s += 1;
+        }
+        for r in 0..R {
+            for chain in 1..U {
+                for h in 0..VQ {
+                    acc[0][r][h] = _mm512_add_epi32(acc[0][r][h], acc[chain][r][h]);
+                }
+            }
+        }
+        if b.last {
+            let p = b.panel.cast::<f32>();
+            let (lo, hi) = (_mm512_set1_ps(b.min), _mm512_set1_ps(b.max));
+            // Unbounded: the clamp is the identity (NaN included), skip it.
+            let clamp = b.min != f32::NEG_INFINITY || b.max != f32::INFINITY;
+            // Unrolled by hand with constant indices, in this function: a loop, a call or a
+            // reference into `acc` would keep the accumulators in memory.
+            macro_rules! rows {
+                ($($r:literal)*) => {$(
+                    if $r < R {
+                        let v = acc[0][$r.min(R - 1)];
+                        let q = b.rows.add($r).read();
+                        let zpu = _mm512_set1_epi32(q.zpu);
+                        let sa = _mm512_set1_ps(q.scale);
+                        let c = b.c.add($r * b.ldc);
+                        for (h, v) in v.into_iter().enumerate() {
+                            let bias = _mm512_load_ps(p.add(16 * h));
+                            let wscale = _mm512_load_ps(p.add(NR_QD8 + 16 * h));
+                            let colsum = _mm512_load_si512(p.add(2 * NR_QD8 + 16 * h).cast());
+                            let exact = _mm512_sub_epi32(v, _mm512_mullo_epi32(zpu, colsum));
+                            let out = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(exact),
+                                _mm512_mul_ps(sa, wscale),
+                                bias,
+                            );
+                            let out = if clamp {
+                                _mm512_min_ps(hi, _mm512_max_ps(lo, out))
+                            } else {
+                                out
+                            };
+                            _mm512_mask_storeu_ps(
+                                c.wrapping_add(16 * h),
+                                lanes(b.nvalid.saturating_sub(16 * h)),
+                                out,
+                            );
+                        }
+                    }
+                )*};
+            }
+            rows!(0 1 2 3 4 5);
+        } else {
+            for r in 0..R {
+                for h in 0..VQ {
+                    _mm512_store_epi32(b.part.add(r * NR_QD8 + 16 * h), acc[0][r][h]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keepalloc_allocators::{AllocatorTable, System};
+
+    use crate::{
+        DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedQd8F32Qc8w,
+        FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32,
+    };
+
+    static SYSTEM: System = System;
+    static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bf16_row_chunks_and_k_blocks_match_the_f64_reference() {
+        // 100 rows: three chunks of widened A (48, 48, 4); K = 601: three K blocks, the
+        // last with an odd tail; N = 70: an N edge; strided rows.
+        if !DotIsa::Avx512.is_supported() {
+            return;
+        }
+        let (m, k, n, lda, ldc) = (100, 601, 70, 605, 73);
+        let x: Vec<u16> = values(m * lda, 1)
+            .iter()
+            .map(|&v| bf16_from_f32(v))
+            .collect();
+        let w: Vec<u16> = values(n * k, 2).iter().map(|&v| bf16_from_f32(v)).collect();
+        let bias = values(n, 3);
+        let op = FullyConnectedBf16F32::create_with_table(
+            &TABLE,
+            &FullyConnectedBf16F32Desc::new(k, n, &w)
+                .with_bias(&bias)
+                .with_strides(lda, ldc)
+                .with_range(-30.0, 30.0)
+                .with_isa(DotIsa::Avx512),
+        )
+        .unwrap();
+        let mut y = vec![f32::NAN; (m - 1) * ldc + n];
+        op.run(m, &x, &mut y).unwrap();
+        let eps = f64::from(f32::EPSILON);
+        for r in 0..m {
+            for j in 0..n {
+                let (mut s, mut t) = (f64::from(bias[j]), f64::from(bias[j].abs()));
+                for kk in 0..k {
+                    let p = f64::from(bf16_to_f32(x[r * lda + kk]))
+                        * f64::from(bf16_to_f32(w[j * k + kk]));
+                    s += p;
+                    t += p.abs();
+                }
+                let want = s.clamp(-30.0, 30.0);
+                let got = f64::from(y[r * ldc + j]);
+                assert!(
+                    (got - want).abs() <= (k as f64 + 2.0) * eps * t,
+                    "row {r} column {j}: {got} against {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn qd8_k_blocks_and_row_chunks_are_bit_identical_to_scalar() {
+        // K = 4500: two K blocks with partial sums on the stack; 140 rows: two row chunks
+        // of at most 128 (the stack partial sums); N = 130: an N edge in the third panel.
+        if !DotIsa::Avx512Vnni.is_supported() {
+            return;
+        }
+        let (m, k, n) = (140, 4500, 130);
+        let x = values(m * k, 4);
+        let w: Vec<i8> = values(n * k, 5)
+            .iter()
+            .map(|&v| (v * 127.0) as i8)
+            .collect();
+        let scales: Vec<f32> = values(n, 6).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
+        let bias = values(n, 7);
+        let run = |isa: DotIsa| {
+            let op = FullyConnectedQd8F32Qc8w::create_with_table(
+                &TABLE,
+                &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
+                    .with_bias(&bias)
+                    .with_range(-2.0, 3.0)
+                    .with_isa(isa),
+            )
+            .unwrap();
+            let mut ws = vec![0u8; op.workspace_size(m).unwrap()];
+            let mut y = vec![f32::NAN; m * n];
+            op.run(m, &x, &mut y, &mut ws).unwrap();
+            y
+        };
+        let (vnni, scalar) = (run(DotIsa::Avx512Vnni), run(DotIsa::Scalar));
+        for (i, (a, b)) in vnni.iter().zip(&scalar).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "output {i}: {a} against {b}");
+        }
+    }
+}
