@@ -3,14 +3,19 @@
 //! (`Allocator::allocate`/`deallocate`, no counting), with 1, 2, 8 and 32 threads; the middle
 //! column is the same `Counting` wrapper called directly through its Rust face, so that
 //! table/counted shows what the table adds and counted/direct what exact counting costs.
-//! One cell alone, for callgrind: `contended <system|mimalloc> <direct|counted|table> <threads>`.
+//! The `uncounted` column is the owner of `GlobalProvider::new_uncounted`
+//! (`Counting::uncounted(backend)` and `for_allocator` of it): the same table with counting
+//! switched off, for a runtime that needs no per-owner statistics; `bare-table` is the table of
+//! the backend itself (no `Counting` at all), the floor of any owner's table.
+//! One cell alone, for callgrind:
+//! `contended <system|mimalloc> <direct|counted|table|uncounted|bare> <threads>`.
 //!
 //! `cargo run --release -p keepalloc-allocators --features mimalloc --example contended`
 //!
 //! Every thread does `TOTAL / threads` alloc + free pairs (the same total work at every thread
 //! count), all released at once by a barrier; the figure is wall time per pair over all
-//! threads. Each cell is the median of 7 runs, direct and table interleaved run by run so that
-//! machine load hits both alike; the last column is table / direct.
+//! threads, from the first worker's start to the last worker's end (read by the workers). Each cell is the median of 9 runs, every column interleaved run by run so that
+//! machine load hits them alike; the ratios are to direct.
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -19,9 +24,9 @@ use std::time::Instant;
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::{AllocatorTable, Counting, Mimalloc, System};
 
-const TOTAL: usize = 4_000_000;
+const TOTAL: usize = 8_000_000;
 const SIZE: usize = 64;
-const RUNS: usize = 7;
+const RUNS: usize = 9;
 
 static SYSTEM: System = System;
 static MIMALLOC: Mimalloc = Mimalloc;
@@ -30,26 +35,36 @@ static MIMALLOC_OWNER: Counting<Mimalloc> = Counting::new(Mimalloc);
 // The same counting wrapper called through its Rust face (no table), for the third column.
 static SYSTEM_COUNTED: Counting<System> = Counting::new(System);
 static MIMALLOC_COUNTED: Counting<Mimalloc> = Counting::new(Mimalloc);
+// The owner of `GlobalProvider::new_uncounted`.
+static SYSTEM_UNCOUNTED: Counting<System> = Counting::uncounted(System);
+static MIMALLOC_UNCOUNTED: Counting<Mimalloc> = Counting::uncounted(Mimalloc);
 
-/// Nanoseconds of wall time per alloc + free, `threads` threads at once.
+/// Nanoseconds of wall time per alloc + free, `threads` threads at once: from the first
+/// thread's start to the last thread's end, each read by the workers themselves (the main
+/// thread's own clock, read after it leaves the barrier, can start after the workers have run
+/// when there are more threads than cores).
 fn run(threads: usize, work: &(dyn Fn(usize) + Sync)) -> f64 {
     let per_thread = TOTAL / threads;
-    let barrier = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                barrier.wait();
-                work(per_thread);
-            });
-        }
-        barrier.wait();
-        let start = Instant::now();
-        // The scope joins every thread before it returns.
-        start
-    })
-    .elapsed()
-    .as_nanos() as f64
-        / (per_thread * threads) as f64
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let start = Instant::now();
+                    work(per_thread);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    let start = spans.iter().map(|s| s.0).min().expect("a thread");
+    let end = spans.iter().map(|s| s.1).max().expect("a thread");
+    (end - start).as_nanos() as f64 / (per_thread * threads) as f64
 }
 
 fn direct<A: Allocator + Sync>(a: &'static A) -> impl Fn(usize) + Sync {
@@ -84,6 +99,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 static SYSTEM_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM_OWNER);
 static MIMALLOC_TABLE: AllocatorTable = AllocatorTable::for_allocator(&MIMALLOC_OWNER);
+static SYSTEM_UNCOUNTED_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM_UNCOUNTED);
+static MIMALLOC_UNCOUNTED_TABLE: AllocatorTable =
+    AllocatorTable::for_allocator(&MIMALLOC_UNCOUNTED);
+// The table of the bare backend (no `Counting` at all): the floor of any owner's table.
+static SYSTEM_BARE_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+static MIMALLOC_BARE_TABLE: AllocatorTable = AllocatorTable::for_allocator(&MIMALLOC);
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -93,9 +114,13 @@ fn main() {
         let work: Box<dyn Fn(usize) + Sync> = match (backend.as_str(), mode.as_str()) {
             ("system", "direct") => Box::new(direct(&SYSTEM)),
             ("system", "counted") => Box::new(direct(&SYSTEM_COUNTED)),
+            ("system", "uncounted") => Box::new(table(&SYSTEM_UNCOUNTED_TABLE)),
+            ("system", "bare") => Box::new(table(&SYSTEM_BARE_TABLE)),
             ("system", _) => Box::new(table(&SYSTEM_TABLE)),
             (_, "direct") => Box::new(direct(&MIMALLOC)),
             (_, "counted") => Box::new(direct(&MIMALLOC_COUNTED)),
+            (_, "uncounted") => Box::new(table(&MIMALLOC_UNCOUNTED_TABLE)),
+            (_, "bare") => Box::new(table(&MIMALLOC_BARE_TABLE)),
             _ => Box::new(table(&MIMALLOC_TABLE)),
         };
         println!("{backend} {mode} {threads}: {:.2} ns", run(threads, &*work));
@@ -105,36 +130,51 @@ fn main() {
         "alloc+free of {SIZE} B, {TOTAL} pairs split over the threads; ns of wall time per \
          pair, median of {RUNS}"
     );
-    println!("backend   threads  direct  counted  owner-table   table/direct  table/counted");
+    println!(
+        "backend   threads  direct  counted  owner-table  uncounted  bare-table   \
+         table/direct  uncounted/direct  bare/direct"
+    );
     for backend in ["system", "mimalloc"] {
         type Work = Box<dyn Fn(usize) + Sync>;
-        let modes: [Work; 3] = match backend {
+        let modes: [Work; 5] = match backend {
             "system" => [
                 Box::new(direct(&SYSTEM)),
                 Box::new(direct(&SYSTEM_COUNTED)),
                 Box::new(table(&SYSTEM_TABLE)),
+                Box::new(table(&SYSTEM_UNCOUNTED_TABLE)),
+                Box::new(table(&SYSTEM_BARE_TABLE)),
             ],
             _ => [
                 Box::new(direct(&MIMALLOC)),
                 Box::new(direct(&MIMALLOC_COUNTED)),
                 Box::new(table(&MIMALLOC_TABLE)),
+                Box::new(table(&MIMALLOC_UNCOUNTED_TABLE)),
+                Box::new(table(&MIMALLOC_BARE_TABLE)),
             ],
         };
         for threads in [1usize, 2, 8, 32] {
-            let mut v: [Vec<f64>; 3] = Default::default();
+            let mut v: [Vec<f64>; 5] = Default::default();
             for _ in 0..RUNS {
                 for (work, v) in modes.iter().zip(v.iter_mut()) {
                     v.push(run(threads, &**work));
                 }
             }
-            let [d, c, t] = v.map(median);
+            let [d, c, t, u, b] = v.map(median);
             println!(
-                "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}        {:.3}x        {:.3}x",
+                "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}       {u:6.2}     {b:6.2}       \
+                 {:.3}x        {:.3}x            {:.3}x",
                 t / d,
-                t / c
+                u / d,
+                b / d
             );
         }
     }
+    assert!(!SYSTEM_UNCOUNTED.is_counted() && !MIMALLOC_UNCOUNTED.is_counted());
+    assert_eq!(
+        SYSTEM_UNCOUNTED.stats().allocations,
+        0,
+        "uncounted reads zero"
+    );
     let (s, m) = (SYSTEM_OWNER.stats(), MIMALLOC_OWNER.stats());
     assert_eq!(s.allocations, s.deallocations);
     assert_eq!(

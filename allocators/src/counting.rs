@@ -158,8 +158,21 @@ fn add_live(shared: bool, shard: &Shard, bytes: isize) {
 /// free blocks that other threads allocated (a producer and a consumer), it over-states the
 /// peak, up to the total allocated by the producing threads. It is not the exact peak of the
 /// process-wide sum, which would need a shared counter on every call.
+///
+/// # Uncounted mode
+///
+/// [`Counting::uncounted`] builds the same type with counting switched off for its whole
+/// life: every call checks one flag that never changes (a perfectly predicted branch) and
+/// goes straight to the wrapped allocator. Through a headerless C table
+/// ([`SizelessFree`]) that is the backend's plain `alloc`/`free`, with no usable-size lookup,
+/// so a table of an uncounted wrapper costs what a table of the bare backend costs.
+/// [`stats`](Self::stats) then reads all zeros and [`is_counted`](Self::is_counted) is false:
+/// no live-bytes accounting, no peak, no failure count, and no leak check can be made from
+/// these counters. [`Counting::new`] (and `Default`) count, as always.
 pub struct Counting<A> {
     inner: A,
+    /// False for [`Counting::uncounted`]: no counting at all. Fixed at construction.
+    counted: bool,
     /// `SLOTS` private shards, then the shared one.
     shards: [Shard; SLOTS + 1],
 }
@@ -168,6 +181,7 @@ impl<A: fmt::Debug> fmt::Debug for Counting<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Counting")
             .field("inner", &self.inner)
+            .field("counted", &self.counted)
             .field("stats", &self.stats())
             .finish()
     }
@@ -202,8 +216,29 @@ impl<A> Counting<A> {
     pub const fn new(inner: A) -> Self {
         Counting {
             inner,
+            counted: true,
             shards: [const { Shard::new() }; SLOTS + 1],
         }
+    }
+
+    /// Wraps `inner` without counting, for the whole life of the wrapper: every call goes
+    /// straight to `inner` after one check of a flag that never changes, and
+    /// [`stats`](Self::stats) reads all zeros (see the type's docs for what that gives up).
+    /// For an owner whose runtime needs no per-owner statistics and wants the C table as
+    /// thin as the backend itself.
+    pub const fn uncounted(inner: A) -> Self {
+        Counting {
+            inner,
+            counted: false,
+            shards: [const { Shard::new() }; SLOTS + 1],
+        }
+    }
+
+    /// False for a wrapper built by [`uncounted`](Self::uncounted), whose
+    /// [`stats`](Self::stats) are always zero.
+    #[inline]
+    pub const fn is_counted(&self) -> bool {
+        self.counted
     }
 
     /// The wrapped allocator.
@@ -211,9 +246,13 @@ impl<A> Counting<A> {
         &self.inner
     }
 
-    /// A snapshot of the counters: the sum of every shard.
+    /// A snapshot of the counters: the sum of every shard. All zeros for an
+    /// [`uncounted`](Self::uncounted) wrapper.
     pub fn stats(&self) -> CountingStats {
         let mut s = CountingStats::default();
+        if !self.counted {
+            return s;
+        }
         let (mut live, mut peak) = (0isize, 0isize);
         for shard in &self.shards {
             s.allocations = s.allocations.wrapping_add(shard.allocations.load(Relaxed));
@@ -326,11 +365,17 @@ impl<A> Counting<A> {
 unsafe impl<A: Allocator> Allocator for Counting<A> {
     #[inline]
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if !self.counted {
+            return self.inner.allocate(layout);
+        }
         self.track(self.inner.allocate(layout), layout)
     }
 
     #[inline]
     fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if !self.counted {
+            return self.inner.allocate_zeroed(layout);
+        }
         self.track(self.inner.allocate_zeroed(layout), layout)
     }
 
@@ -338,7 +383,9 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise about `ptr` and `layout` is forwarded unchanged.
         unsafe { self.inner.deallocate(ptr, layout) };
-        self.count_free(layout.size());
+        if self.counted {
+            self.count_free(layout.size());
+        }
     }
 
     #[inline]
@@ -350,6 +397,9 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: the caller's promises are forwarded unchanged.
         let r = unsafe { self.inner.grow(ptr, old, new) };
+        if !self.counted {
+            return r;
+        }
         self.track_resize(r, old, new)
     }
 
@@ -362,6 +412,9 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: the caller's promises are forwarded unchanged.
         let r = unsafe { self.inner.grow_zeroed(ptr, old, new) };
+        if !self.counted {
+            return r;
+        }
         self.track_resize(r, old, new)
     }
 
@@ -374,6 +427,9 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
     ) -> Result<NonNull<[u8]>, AllocError> {
         // SAFETY: the caller's promises are forwarded unchanged.
         let r = unsafe { self.inner.shrink(ptr, old, new) };
+        if !self.counted {
+            return r;
+        }
         self.track_resize(r, old, new)
     }
 }
@@ -384,54 +440,76 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
 unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
     #[inline]
     fn alloc(&self, size: usize) -> *mut u8 {
-        self.alloc_usable(size).0
+        if self.counted {
+            return self.counted_alloc(size);
+        }
+        self.inner.alloc(size)
     }
 
     #[inline]
     fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
-        self.alloc_aligned_usable(size, align).0
+        if self.counted {
+            return self.counted_alloc_aligned(size, align);
+        }
+        self.inner.alloc_aligned(size, align)
     }
 
     #[inline]
     fn alloc_usable(&self, size: usize) -> (*mut u8, usize) {
-        self.track_raw(self.inner.alloc_usable(size))
+        let r = self.inner.alloc_usable(size);
+        if !self.counted {
+            return r;
+        }
+        self.track_raw(r)
     }
 
     #[inline]
     fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
-        self.track_raw(self.inner.alloc_aligned_usable(size, align))
+        let r = self.inner.alloc_aligned_usable(size, align);
+        if !self.counted {
+            return r;
+        }
+        self.track_raw(r)
     }
 
     #[inline]
     unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
         let bytes = unsafe { self.inner.free_usable(ptr) };
-        self.count_free(bytes);
+        if self.counted {
+            self.count_free(bytes);
+        }
         bytes
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+        if self.counted {
+            // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+            return unsafe { self.counted_realloc(ptr, size) };
+        }
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let old = unsafe { self.inner.usable_size(ptr) };
-        // SAFETY: as above.
-        let p = unsafe { self.inner.realloc(ptr, size) };
-        self.resized(old, p)
+        unsafe { self.inner.realloc(ptr, size) }
     }
 
     #[inline]
     unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8 {
+        if self.counted {
+            // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+            return unsafe { self.counted_realloc_aligned(ptr, size, align) };
+        }
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let old = unsafe { self.inner.usable_size(ptr) };
-        // SAFETY: as above.
-        let p = unsafe { self.inner.realloc_aligned(ptr, size, align) };
-        self.resized(old, p)
+        unsafe { self.inner.realloc_aligned(ptr, size, align) }
     }
 
     #[inline]
     unsafe fn free(&self, ptr: *mut u8) {
+        if self.counted {
+            // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+            return unsafe { self.counted_free(ptr) };
+        }
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        unsafe { self.free_usable(ptr) };
+        unsafe { self.inner.free(ptr) }
     }
 
     #[inline]
@@ -441,7 +519,61 @@ unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
     }
 }
 
+/// The counted paths of the headerless face, out of line and `extern "C"` so that they cannot
+/// unwind: the function a headerless table calls is then one flag test and a tail jump, to the
+/// backend (uncounted) or to these (counted), and the uncounted path pays for none of the
+/// counted path's registers or unwinding pads. Counting itself never panics; a wrapped
+/// [`SizelessFree`] backend that panics inside one of these aborts the process (the built-in
+/// ones are C and cannot; through an uncounted wrapper the table still turns a panicking
+/// allocation into NULL).
 impl<B: SizelessFree> Counting<B> {
+    #[inline(never)]
+    extern "C" fn counted_alloc(&self, size: usize) -> *mut u8 {
+        self.track_raw(self.inner.alloc_usable(size)).0
+    }
+
+    #[inline(never)]
+    extern "C" fn counted_alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
+        self.track_raw(self.inner.alloc_aligned_usable(size, align))
+            .0
+    }
+
+    /// # Safety
+    /// `ptr` is a live block of the backend.
+    #[inline(never)]
+    unsafe extern "C" fn counted_free(&self, ptr: *mut u8) {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let bytes = unsafe { self.inner.free_usable(ptr) };
+        self.count_free(bytes);
+    }
+
+    /// # Safety
+    /// `ptr` is a live block of the backend.
+    #[inline(never)]
+    unsafe extern "C" fn counted_realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let old = unsafe { self.inner.usable_size(ptr) };
+        // SAFETY: as above.
+        let p = unsafe { self.inner.realloc(ptr, size) };
+        self.resized(old, p)
+    }
+
+    /// # Safety
+    /// `ptr` is a live block of the backend.
+    #[inline(never)]
+    unsafe extern "C" fn counted_realloc_aligned(
+        &self,
+        ptr: *mut u8,
+        size: usize,
+        align: usize,
+    ) -> *mut u8 {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let old = unsafe { self.inner.usable_size(ptr) };
+        // SAFETY: as above.
+        let p = unsafe { self.inner.realloc_aligned(ptr, size, align) };
+        self.resized(old, p)
+    }
+
     #[inline]
     fn resized(&self, old: usize, p: *mut u8) -> *mut u8 {
         if p.is_null() {

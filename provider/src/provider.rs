@@ -151,7 +151,10 @@ pub type InitHook = fn(&'static AllocatorTable) -> Result<(), InitError>;
 /// The process-wide allocator owner: the backend wrapped in a counter, and its C table.
 ///
 /// Constructed at most once per [`GlobalProvider`], never dropped: its address is the
-/// `context` of the published table.
+/// `context` of the published table. The counter is exact for a provider built with
+/// [`GlobalProvider::new`] and switched off (stats read zero) for one built with
+/// [`GlobalProvider::new_uncounted`]; [`Counting::is_counted`] on
+/// [`allocator`](Self::allocator) says which.
 pub struct Owner<B> {
     backend: Counting<B>,
     table: OnceLock<AllocatorTable>,
@@ -167,9 +170,13 @@ impl<B> fmt::Debug for Owner<B> {
 }
 
 impl<B: Allocator + Sync> Owner<B> {
-    fn new(backend: B) -> Self {
+    fn new(backend: B, counted: bool) -> Self {
         Owner {
-            backend: Counting::new(backend),
+            backend: if counted {
+                Counting::new(backend)
+            } else {
+                Counting::uncounted(backend)
+            },
             table: OnceLock::new(),
         }
     }
@@ -180,7 +187,8 @@ impl<B: Allocator + Sync> Owner<B> {
             .get_or_init(|| AllocatorTable::for_allocator(&self.backend))
     }
 
-    /// The owner's backend, wrapped in its counter.
+    /// The owner's backend, wrapped in its counter (an uncounted one for a provider built
+    /// with [`GlobalProvider::new_uncounted`]).
     pub fn allocator(&self) -> &Counting<B> {
         &self.backend
     }
@@ -221,6 +229,8 @@ pub struct GlobalProvider<B: 'static> {
     orphaned: AtomicU32,
     make_backend: fn() -> Result<B, AllocError>,
     init: Option<InitHook>,
+    /// False for [`GlobalProvider::new_uncounted`]: the owner's `Counting` is built uncounted.
+    counted: bool,
 }
 
 impl<B> fmt::Debug for GlobalProvider<B> {
@@ -243,21 +253,77 @@ pub struct ProviderStats {
     pub init_attempts: u64,
     /// Init hooks of the default library that succeeded (0 or 1, ever).
     pub init_successes: u64,
-    /// The owner's allocation counters (zero before an owner exists).
+    /// The owner's allocation counters (zero before an owner exists, and always zero for a
+    /// provider built with [`GlobalProvider::new_uncounted`]).
     pub allocator: CountingStats,
 }
 
 impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
     /// A provider that will build its owner with `make_backend` and hand it to `init` (the
-    /// default library's hook).
+    /// default library's hook). The owner counts every allocation exactly
+    /// ([`Counting::new`]): [`stats`](Self::stats) and [`AllocatorHandle::stats`] report
+    /// allocations, frees, live and peak bytes.
     pub const fn new(make_backend: fn() -> Result<B, AllocError>, init: Option<InitHook>) -> Self {
+        Self::build(make_backend, init, true)
+    }
+
+    /// As [`new`](Self::new), but the owner does not count ([`Counting::uncounted`]): its C
+    /// table and its [`Allocator`] face go straight to the backend after one never-changing
+    /// branch, so alloc + free through the table costs what the backend costs called directly,
+    /// at any number of threads. Everything else is the same: one owner, ever, the same
+    /// retry-safe onces, the same table address.
+    ///
+    /// What is lost: the owner's counters read zero for ever ([`ProviderStats::allocator`],
+    /// [`AllocatorHandle::stats`], and what the C API's `keepalloc_get_stats` reports for such a
+    /// provider), so there is no live-bytes or peak accounting, no failure count, and no leak
+    /// check can be made through the provider's stats (a test that asserts live bytes return
+    /// to zero needs a counted provider). [`Counting::is_counted`] on the owner's
+    /// [`allocator`](Owner::allocator) is false. Choose it for a runtime that needs no
+    /// per-owner statistics; [`new`](Self::new) stays the default everywhere.
+    ///
+    /// ```
+    /// use keepalloc_allocators::System;
+    /// use keepalloc_provider::{GlobalProvider, Provider};
+    /// static ALLOCATOR: GlobalProvider<System> =
+    ///     GlobalProvider::new_uncounted(|| Ok(System), None);
+    ///
+    /// let handle = Provider::with_global(&ALLOCATOR).preferred_allocator().unwrap();
+    /// // SAFETY: the published table follows the C contract.
+    /// unsafe {
+    ///     let p = handle.table().aligned_alloc(64, 256);
+    ///     assert!(!p.is_null());
+    ///     handle.table().aligned_free(p);
+    /// }
+    /// assert!(!handle.owner().allocator().is_counted());
+    /// assert_eq!(ALLOCATOR.stats().allocator.allocations, 0);
+    /// assert_eq!(ALLOCATOR.stats().owners_constructed, 1);
+    /// ```
+    pub const fn new_uncounted(
+        make_backend: fn() -> Result<B, AllocError>,
+        init: Option<InitHook>,
+    ) -> Self {
+        Self::build(make_backend, init, false)
+    }
+
+    const fn build(
+        make_backend: fn() -> Result<B, AllocError>,
+        init: Option<InitHook>,
+        counted: bool,
+    ) -> Self {
         GlobalProvider {
             cell: KeepCell::new(),
             libraries: Registry::new(),
             orphaned: AtomicU32::new(0),
             make_backend,
             init,
+            counted,
         }
+    }
+
+    /// False for a provider built with [`new_uncounted`](Self::new_uncounted): its owner's
+    /// counters always read zero.
+    pub const fn is_counted(&self) -> bool {
+        self.counted
     }
 
     /// Returns the process-wide allocator, creating the owner and publishing its table (the
@@ -296,13 +362,13 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
                 library: "owner construction".into(),
             });
         }
-        let make_backend = self.make_backend;
+        let (make_backend, counted) = (self.make_backend, self.counted);
         self.cell
             .get_or_try_init(
                 || {
                     let _inside = active::Inside::enter(me, active::OWNER_SLOT);
                     make_backend()
-                        .map(Owner::new)
+                        .map(|b| Owner::new(b, counted))
                         .map_err(|_| ProviderError::OutOfMemory)
                 },
                 |owner: &'static Owner<B>| {
@@ -398,9 +464,9 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
             // the owner in place (never in a default build).
             #[cfg(keepalloc_cell_mutant = "rebuild_in_place")]
             {
-                let make_backend = self.make_backend;
+                let (make_backend, counted) = (self.make_backend, self.counted);
                 self.cell.mutant_rebuild(once.stats().init_attempts, || {
-                    make_backend().map(Owner::new)
+                    make_backend().map(|b| Owner::new(b, counted))
                 });
             }
             init(handle.table()).map_err(ProviderError::InitFailed)
@@ -505,6 +571,11 @@ pub static DEFAULT_PROVIDER: GlobalProvider<DefaultBackend> =
 
 /// The per-session provider (ONNX Runtime's execution provider): cheap to create and copy;
 /// every one that shares a [`GlobalProvider`] gets the same allocator.
+///
+/// A session provider owns nothing, so whether the owner counts is its global provider's
+/// choice: [`Provider::with_global`] on a [`GlobalProvider::new_uncounted`] gives sessions an
+/// uncounted owner (stats read zero); [`Provider::new`] uses [`DEFAULT_PROVIDER`], which
+/// counts.
 pub struct Provider<B: 'static = DefaultBackend> {
     global: &'static GlobalProvider<B>,
 }
@@ -602,7 +673,8 @@ impl<B: Allocator + Sync + 'static> AllocatorHandle<B> {
         self.owner.context()
     }
 
-    /// The owner's allocation counters.
+    /// The owner's allocation counters (all zeros for an owner of
+    /// [`GlobalProvider::new_uncounted`]).
     pub fn stats(&self) -> CountingStats {
         self.owner.backend.stats()
     }
