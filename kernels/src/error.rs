@@ -136,7 +136,25 @@ pub enum KernelError {
         /// Its scale.
         scale: f32,
     },
-    /// A thread count of zero was asked for.
-    #[error("thread count must be at least 1")]
+    /// A thread count of zero was asked for (or, for a pool, more than
+    /// [`MAX_POOL_THREADS`](crate::MAX_POOL_THREADS)).
+    #[error("thread count must be at least 1 (and at most MAX_POOL_THREADS for a pool)")]
     InvalidThreads,
+    /// The OS refused to start a worker thread of a [`ThreadPool`](crate::ThreadPool)
+    /// (`pthread_create`'s error number). The workers already started were joined and the
+    /// pool's block freed.
+    #[error("could not start a worker thread (error {code})")]
+    ThreadSpawn {
+        /// The error number.
+        code: i32,
+    },
+    /// A [`Parallel`](crate::Parallel) implementation returned from `run` without calling
+    /// every task: the output is incomplete. (Our own pools never do this.)
+    #[error("the parallel pool ran {ran} of {tasks} tasks")]
+    ParallelIncomplete {
+        /// Tasks that ran.
+        ran: usize,
+        /// Tasks asked for.
+        tasks: usize,
+    },
 }

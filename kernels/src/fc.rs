@@ -1,5 +1,8 @@
 //! The fully-connected operator: `y[M][N] = clamp(x[M][K] · W[N][K]ᵀ + b[N], min, max)`.
 
+use core::ops::Range;
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use keepalloc_allocators::AllocatorTable;
 
 use crate::buffer::TableBuf;
@@ -8,6 +11,7 @@ use crate::gemm::{self, Problem};
 use crate::init;
 use crate::isa::{self, Isa};
 use crate::pack::{self, Layout};
+use crate::pool::{self, Parallel};
 
 /// Everything `xnn_create_fully_connected_nc_f32` takes, as a value with defaults.
 ///
@@ -95,8 +99,12 @@ impl<'a> FullyConnectedDesc<'a> {
         self
     }
 
-    /// Uses `threads` threads per run (split over output panels; results are identical to
-    /// a one-thread run).
+    /// Runs on at most `threads` threads of the [process pool](crate::process_pool) (one
+    /// per CPU, started by the first `create` with `threads > 1`, allocating nothing);
+    /// 1, the default, runs on the calling thread. The work is cut
+    /// into M-row × N-panel tiles; results are bit-identical to a one-thread run. To run
+    /// on a pool of your own (or your runtime's), use
+    /// [`FullyConnected::run_in`].
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads;
         self
@@ -219,6 +227,10 @@ impl FullyConnected {
         if desc.threads == 0 {
             return Err(KernelError::InvalidThreads);
         }
+        if desc.threads > 1 {
+            // Started here, once per process, so that `run` never starts a thread.
+            pool::process_pool()?;
+        }
         let mut packed = TableBuf::zeroed(table, packed_len)?;
         let layout = if desc.transposed_weights {
             Layout::InputMajor
@@ -276,14 +288,21 @@ impl FullyConnected {
     /// `output` at `m * output_stride`; only the first `output_channels` floats of each
     /// output row are written. `input` must hold at least
     /// `(batch - 1) * input_stride + input_channels` floats, and `output` likewise. A batch
-    /// of 0 does nothing. Never allocates with one thread (the default); with more it
-    /// spawns scoped std threads.
+    /// of 0 does nothing.
+    ///
+    /// With `threads == 1` (the default) everything runs on the calling thread. With
+    /// `with_threads(t)`, `t > 1`, the work is cut into M-row × N-panel tiles and run on
+    /// the [process pool](crate::process_pool) (started by `create`), using at most `t`
+    /// of its threads. Never allocates and never starts a thread; the result is
+    /// bit-identical to a one-thread run.
     pub fn run(&self, batch: usize, input: &[f32], output: &mut [f32]) -> Result<(), KernelError> {
         self.run_with_threads(batch, input, output, self.threads)
     }
 
-    /// [`run`](Self::run) with an explicit thread count for this call (≥ 1). Threads split
-    /// the output panels; the result is bit-identical to a one-thread run.
+    /// [`run`](Self::run) with an explicit thread count for this call (≥ 1): `threads > 1`
+    /// runs on the [process pool](crate::process_pool), using at most `threads` of its
+    /// threads (the pool is started here if no operator with `threads > 1` started it
+    /// before). Bit-identical to a one-thread run.
     pub fn run_with_threads(
         &self,
         batch: usize,
@@ -291,9 +310,58 @@ impl FullyConnected {
         output: &mut [f32],
         threads: usize,
     ) -> Result<(), KernelError> {
-        if threads == 0 {
-            return Err(KernelError::InvalidThreads);
+        match threads {
+            0 => Err(KernelError::InvalidThreads),
+            1 => self.execute(batch, input, output, None),
+            t => {
+                let pool = pool::process_pool()?;
+                self.execute(batch, input, output, Some((pool, t)))
+            }
         }
+    }
+
+    /// [`run`](Self::run) on `pool`, a [`ThreadPool`](crate::ThreadPool) or a runtime's own
+    /// [`Parallel`] implementation, with as many threads as it has (the operator's own
+    /// thread count is ignored). This is how a runtime makes the work run on its threads.
+    /// Bit-identical to a one-thread run; never allocates. An implementation that breaks
+    /// the [`Parallel`] contract by skipping tasks gets
+    /// [`KernelError::ParallelIncomplete`].
+    ///
+    /// ```
+    /// use keepalloc_allocators::{AllocatorTable, System};
+    /// use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, ThreadPool};
+    ///
+    /// static TABLE: AllocatorTable = AllocatorTable::for_allocator(&System);
+    /// keepalloc_kernels::initialize(&TABLE)?;
+    /// let pool = ThreadPool::new(2)?; // once, for the session
+    /// let w = vec![0.5f32; 64 * 32];
+    /// let op = FullyConnected::create(&FullyConnectedDesc::new(64, 32, &w))?;
+    /// let x = vec![1.0f32; 16 * 64];
+    /// let mut y = vec![0.0f32; 16 * 32];
+    /// op.run_in(&pool, 16, &x, &mut y)?;
+    /// assert!(y.iter().all(|&v| v == 32.0));
+    /// # Ok::<(), keepalloc_kernels::KernelError>(())
+    /// ```
+    pub fn run_in(
+        &self,
+        pool: &dyn Parallel,
+        batch: usize,
+        input: &[f32],
+        output: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let threads = pool.threads().max(1);
+        self.execute(batch, input, output, Some((pool, threads)))
+    }
+
+    /// Checks the buffers, then computes on the calling thread or on `pool` with at most
+    /// `threads` threads.
+    fn execute(
+        &self,
+        batch: usize,
+        input: &[f32],
+        output: &mut [f32],
+        pool: Option<(&dyn Parallel, usize)>,
+    ) -> Result<(), KernelError> {
         if batch == 0 {
             return Ok(());
         }
@@ -332,28 +400,159 @@ impl FullyConnected {
             min: self.min,
             max: self.max,
         };
-        let panels = self.n.div_ceil(gemm::shape(self.isa).nr);
-        let threads = threads.min(panels);
-        if threads == 1 {
-            // The slices were checked to hold `batch` rows at their strides; the
-            // output is borrowed mutably (so not aliased by the input); the packed block is
-            // this operator's, built for `self.isa`, which `create` checked is supported.
-            // SAFETY: the slices, the packing and the ISA were all checked above.
-            unsafe { gemm::run(&problem, 0..panels) };
-            return Ok(());
-        }
-        let per = panels.div_ceil(threads);
-        std::thread::scope(|scope| {
-            let problem = &problem;
-            for t in 1..threads {
-                let range = (t * per).min(panels)..((t + 1) * per).min(panels);
-                // SAFETY: as above; each thread writes only the columns of its own panels.
-                scope.spawn(move || unsafe { gemm::run(problem, range) });
+        match pool {
+            None => {
+                let panels = self.n.div_ceil(gemm::shape(self.isa).nr);
+                // SAFETY: the slices, the packing and the ISA were all checked above.
+                unsafe { gemm::run(&problem, 0..panels) };
+                Ok(())
             }
-            // SAFETY: as above, for panels 0..per.
-            unsafe { gemm::run(problem, 0..per.min(panels)) };
-        });
+            Some((pool, threads)) => run_parallel(&problem, pool, threads),
+        }
+    }
+}
+
+/// Most tasks one run is cut into (the mask of claimed tasks is one `u64`).
+const MAX_TASKS: usize = 64;
+
+/// Floating-point operations below which a piece of work is not worth handing to another
+/// thread (a wake-up and a hand-back cost about a microsecond; 32 Kflop is about half a
+/// microsecond of one core).
+const MIN_TASK_FLOPS: usize = 1 << 15;
+
+/// How one run is cut: `mt` row chunks × `nt` panel chunks, task `i` being row chunk
+/// `i / nt` and panel chunk `i % nt`.
+///
+/// Rows are cut at multiples of MR (the last chunk takes the remainder), so every chunk of
+/// a batch > 1 has at least MR ≥ 2 rows and stays on the GEMM path (a batch of 1 is never
+/// cut by rows: it runs the GEMV kernel, whose summation order differs). Each output
+/// element is then computed by the same kernel, over the same K blocks, in the same
+/// order, whichever chunk it falls in: the result is bit-identical to a one-thread run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grid {
+    /// Row chunks.
+    pub mt: usize,
+    /// Panel chunks.
+    pub nt: usize,
+    /// Rows per row unit (MR).
+    pub mr: usize,
+    /// Row units (`m / mr`, at least 1).
+    pub units: usize,
+    /// Rows.
+    pub m: usize,
+    /// Panels.
+    pub panels: usize,
+}
+
+impl Grid {
+    /// The cut for `threads` threads: among the cuts into at most `4 × threads` (and
+    /// [`MAX_TASKS`]) tasks of at least [`MIN_TASK_FLOPS`] each, the one whose slowest
+    /// thread has the least work (tasks claimed in turn, `ceil(tasks / threads)` rounds of
+    /// the largest task); ties go to fewer row chunks (a panel cut reads each weight once
+    /// in all, a row cut once per row chunk), then to more tasks: on a shared machine a
+    /// worker can be descheduled in the middle of a task, and smaller tasks let the other
+    /// threads take over more of its share.
+    pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
+        let panels = n.div_ceil(nr);
+        let units = if m == 1 { 1 } else { (m / mr).max(1) };
+        let flops = m.saturating_mul(k).saturating_mul(n).saturating_mul(2);
+        let max_tasks = (flops / MIN_TASK_FLOPS)
+            .min(threads.saturating_mul(4))
+            .clamp(1, MAX_TASKS);
+        let threads = threads.clamp(1, max_tasks);
+        let mut best = Grid {
+            mt: 1,
+            nt: 1,
+            mr,
+            units,
+            m,
+            panels,
+        };
+        if threads == 1 {
+            return best;
+        }
+        let mut best_key = (usize::MAX, usize::MAX, core::cmp::Reverse(0));
+        for mt in 1..=units.min(max_tasks) {
+            for nt in 1..=panels.min(max_tasks / mt) {
+                let g = Grid { mt, nt, ..best };
+                let tasks = mt * nt;
+                let work = tasks.div_ceil(threads) * g.max_rows() * panels.div_ceil(nt);
+                let key = (work, mt, core::cmp::Reverse(tasks));
+                if key < best_key {
+                    best_key = key;
+                    best = g;
+                }
+            }
+        }
+        best
+    }
+
+    /// Tasks.
+    pub(crate) fn tasks(&self) -> usize {
+        self.mt * self.nt
+    }
+
+    /// Rows of the largest row chunk.
+    fn max_rows(&self) -> usize {
+        let last = self.rows(self.mt - 1);
+        (self.units.div_ceil(self.mt) * self.mr).max(last.end - last.start)
+    }
+
+    /// Row chunk `i`.
+    pub(crate) fn rows(&self, i: usize) -> Range<usize> {
+        let start = i * self.units / self.mt * self.mr;
+        let end = if i + 1 == self.mt {
+            self.m
+        } else {
+            (i + 1) * self.units / self.mt * self.mr
+        };
+        start.min(self.m)..end
+    }
+
+    /// Panel chunk `j`.
+    pub(crate) fn panels(&self, j: usize) -> Range<usize> {
+        j * self.panels / self.nt..(j + 1) * self.panels / self.nt
+    }
+}
+
+/// Runs `problem` cut by [`Grid`] for `threads` threads on `pool`.
+fn run_parallel(problem: &Problem, pool: &dyn Parallel, threads: usize) -> Result<(), KernelError> {
+    let s = gemm::shape(problem.isa);
+    let grid = Grid::new(problem.m, problem.k, problem.n, s.nr, s.mr, threads);
+    let tasks = grid.tasks();
+    if tasks == 1 {
+        // SAFETY: the caller checked the slices, the packing and the ISA.
+        unsafe { gemm::run(problem, 0..grid.panels) };
+        return Ok(());
+    }
+    // One bit per task: a task runs at most once even if the pool delivers it twice.
+    let claimed = AtomicU64::new(0);
+    let task = |i: usize| {
+        let bit = 1u64 << i;
+        if i >= tasks || claimed.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        let rows = grid.rows(i / grid.nt);
+        let sub = Problem {
+            m: rows.end - rows.start,
+            // SAFETY: row `rows.start` < m is inside both checked buffers.
+            a: unsafe { problem.a.add(rows.start * problem.lda) },
+            // SAFETY: as above.
+            c: unsafe { problem.c.add(rows.start * problem.ldc) },
+            ..*problem
+        };
+        // The chunks of `grid` are disjoint, so no two tasks write the same output element,
+        // and each task runs once (the mask); the buffers outlive `pool.run`, which returns
+        // only after every task has (the `Parallel` contract).
+        // SAFETY: `sub` covers rows of the checked buffers; panels are in range.
+        unsafe { gemm::run(&sub, grid.panels(i % grid.nt)) };
+    };
+    pool.run(tasks, &task);
+    let ran = claimed.load(Ordering::Acquire).count_ones() as usize;
+    if ran == tasks {
         Ok(())
+    } else {
+        Err(KernelError::ParallelIncomplete { ran, tasks })
     }
 }
 
@@ -362,3 +561,51 @@ const _: () = {
     const fn shared<T: Send + Sync>() {}
     shared::<FullyConnected>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::{Grid, MAX_TASKS};
+
+    #[test]
+    fn grids_cover_every_row_and_panel_once() {
+        for &(mr, nr) in &[(8, 32), (6, 16), (4, 8)] {
+            for m in [1, 2, 3, 7, 8, 9, 16, 17, 33, 64, 100, 512] {
+                for n in [1, 8, 31, 32, 33, 64, 100, 520, 2048] {
+                    for threads in [1, 2, 3, 4, 8, 64, 1000] {
+                        let g = Grid::new(m, 256, n, nr, mr, threads);
+                        assert!(g.tasks() >= 1 && g.tasks() <= MAX_TASKS);
+                        let panels = n.div_ceil(nr);
+                        let mut seen = vec![0u8; m * panels];
+                        for t in 0..g.tasks() {
+                            let rows = g.rows(t / g.nt);
+                            assert!(!rows.is_empty());
+                            // A batch > 1 never gets a one-row chunk (it would take the GEMV).
+                            assert!(m == 1 || rows.len() >= 2, "{m}x{n} t={threads} {g:?}");
+                            for r in rows {
+                                for p in g.panels(t % g.nt) {
+                                    seen[r * panels + p] += 1;
+                                }
+                            }
+                        }
+                        assert!(seen.iter().all(|&c| c == 1), "{m}x{n} t={threads} {g:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grids_use_every_thread_on_narrow_and_on_wide_layers() {
+        // Tall and narrow (one panel): rows are cut.
+        let g = Grid::new(1024, 256, 32, 32, 8, 2);
+        assert_eq!((g.mt, g.nt), (2, 1));
+        // Wide, few rows: panels are cut (each weight read once in all).
+        let g = Grid::new(16, 1024, 1024, 32, 8, 2);
+        assert!(g.mt == 1 && g.nt >= 2 && g.nt.is_multiple_of(2), "{g:?}");
+        // Batch 1: panels only.
+        let g = Grid::new(1, 4096, 4096, 32, 8, 2);
+        assert!(g.mt == 1 && g.nt >= 2 && g.nt.is_multiple_of(2), "{g:?}");
+        // Too small to be worth a second thread.
+        assert_eq!(Grid::new(1, 96, 64, 32, 8, 2).tasks(), 1);
+    }
+}

@@ -9,6 +9,14 @@
 //! (the `global_alloc` test proves it with a counting `#[global_allocator]`). The crate
 //! meets `keepalloc-provider` only through the table type of `keepalloc-allocators`.
 //!
+//! Threads: a run can be cut into M-row × N-panel tiles and spread over a pool, with a
+//! result bit-identical to one thread. [`ThreadPool::new`] is a persistent pool whose state
+//! is one block from the captured table (its workers started once with `pthread_create`,
+//! their stacks the C library's); [`FullyConnected::run_in`] runs on it, or on a runtime's
+//! own pool through the [`Parallel`] trait; `FullyConnectedDesc::with_threads(t)` runs on
+//! the [`process_pool`] (one thread per CPU, started by the first such `create`, a static).
+//! No `run` starts a thread or allocates, at any thread count.
+//!
 //! The operator is [`FullyConnected`]:
 //! `y[M][N] = clamp(x[M][K] · W[N][K]ᵀ + b[N], min, max)`, created from a
 //! [`FullyConnectedDesc`] (XNNPACK's `xnn_create_fully_connected_nc_f32` arguments), run on
@@ -61,6 +69,7 @@ mod init;
 mod isa;
 mod lowp;
 mod pack;
+mod pool;
 mod selftest;
 
 pub use buffer::ALIGNMENT;
@@ -73,4 +82,5 @@ pub use init::{captured_table, initialize};
 pub use isa::{ISA_ENV, Isa, selected as selected_isa};
 pub use keepalloc_allocators::AllocatorTable;
 pub use lowp::{DOT_ISA_ENV, DotIsa};
+pub use pool::{MAX_POOL_THREADS, Parallel, Sequential, ThreadPool, process_pool};
 pub use selftest::{LOW_PRECISION_ALLOCATIONS, low_precision_path};

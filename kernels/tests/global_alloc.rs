@@ -1,11 +1,13 @@
 //! Create, run and drop never touch the global allocator: every byte goes through the
-//! captured table. A counting `#[global_allocator]` needs a process of its own.
+//! captured table, with one thread and with several (the process pool, and a `ThreadPool`
+//! whose creation, runs and drop are all measured). A counting `#[global_allocator]` needs a
+//! process of its own.
 
 use keepalloc_allocators::{AllocatorTable, AsGlobal, Counting, System};
 use keepalloc_kernels::{
     DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
-    FullyConnectedQd8F32Qc8wDesc, Isa, initialize,
+    FullyConnectedQd8F32Qc8wDesc, Isa, Parallel, ThreadPool, initialize, process_pool,
 };
 
 #[global_allocator]
@@ -52,8 +54,68 @@ fn main() {
             println!("global_alloc: {isa} batch {batch}: 0 global allocations, 1 table allocation");
         }
     }
+    threads(&weights, &bias);
     low_precision(k, n, m, &input, &bias);
     println!("global_alloc: ok");
+}
+
+/// Several threads: the process pool behind `with_threads` and a `ThreadPool` of our own
+/// (created, used by `run_in` and dropped inside the measured section) make no global
+/// allocation; the pool's state is one table block, given back on drop.
+fn threads(weights: &[f32], bias: &[f32]) {
+    // Starting the process pool asks the OS for the CPU count, which reads /proc through the
+    // global allocator once; that is outside what is measured (create, run, drop).
+    let process = process_pool().unwrap();
+    // Shapes that the run cuts into several tasks: by panels (batch 9) and by rows
+    // (batch 64 of a narrow layer); batch 1 of 300x70 is too small to cut.
+    let (k, n) = (300, 70);
+    let tall = 64;
+    let input: Vec<f32> = (0..tall * k).map(|i| (i % 5) as f32).collect();
+    let mut output = vec![0.0f32; tall * n];
+    for isa in Isa::available() {
+        let global_before = GLOBAL.0.stats();
+        let table_before = BACKEND.stats();
+
+        let desc = FullyConnectedDesc::new(k, n, weights)
+            .with_bias(bias)
+            .transposed()
+            .with_isa(isa);
+        let op = FullyConnected::create(&desc.with_threads(2)).unwrap();
+        for batch in [1, 9, tall] {
+            op.run(batch, &input[..(batch - 1) * k + k], &mut output)
+                .unwrap();
+            op.run_with_threads(batch, &input[..(batch - 1) * k + k], &mut output, 4)
+                .unwrap();
+        }
+        let pool = ThreadPool::new(3).unwrap();
+        assert_eq!(
+            BACKEND.stats().allocations - table_before.allocations,
+            FullyConnected::CREATE_ALLOCATIONS as u64 + 1,
+            "the pool's state is one table block"
+        );
+        for batch in [1, 9, tall] {
+            op.run_in(&pool, batch, &input[..(batch - 1) * k + k], &mut output)
+                .unwrap();
+        }
+        drop(pool);
+        drop(op);
+
+        let global_after = GLOBAL.0.stats();
+        let table_after = BACKEND.stats();
+        assert_eq!(
+            global_after.allocations, global_before.allocations,
+            "{isa} threads: the global allocator was used"
+        );
+        assert_eq!(
+            table_after.allocations - table_before.allocations,
+            FullyConnected::CREATE_ALLOCATIONS as u64 + 1
+        );
+        assert_eq!(table_after.live_bytes, table_before.live_bytes);
+        println!(
+            "global_alloc: {isa} threads (process pool of {}, ThreadPool of 3): 0 global allocations",
+            process.threads()
+        );
+    }
 }
 
 /// One create/run/drop of an operator kind; false when it could not be created.

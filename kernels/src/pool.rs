@@ -1,0 +1,666 @@
+//! Work sharing for `run`: the [`Parallel`] trait (any pool: ours, a runtime's, a
+//! pthreadpool) and [`ThreadPool`], a persistent pool whose shared state comes from the
+//! allocator table.
+//!
+//! See [`ThreadPool`] for the pool's memory, waking, concurrency, panic and drop rules.
+
+use core::any::Any;
+use core::cell::{Cell, UnsafeCell};
+use core::ffi::c_void;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use keepalloc_allocators::AllocatorTable;
+
+use crate::error::KernelError;
+use crate::init;
+
+/// Something that runs `tasks` independent tasks, possibly on several threads: the
+/// keepalloc [`ThreadPool`], or a runtime's own pool (so an operator's work runs on the
+/// runtime's threads; see `FullyConnected::run_in`).
+///
+/// Contract: `run(tasks, task)` calls `task(i)` once for every `i` in `0..tasks`, on any of
+/// its threads (the caller's included), and returns only after every call has returned.
+/// If a task panics, `run` must either panic too (after the other calls have returned) or
+/// abort; it must not return normally. The operators do not trust an implementation
+/// blindly: a task index delivered twice is ignored the second time and a run that returns
+/// with tasks missing is reported as [`KernelError::ParallelIncomplete`], so a wrong
+/// implementation cannot cause a data race, only an error.
+pub trait Parallel: Sync {
+    /// Threads that can run tasks at the same time (the caller's included); at least 1.
+    fn threads(&self) -> usize;
+
+    /// Runs `task(0) .. task(tasks - 1)` and returns when all have returned.
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync));
+}
+
+/// Runs every task on the calling thread, in order: a pool of one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sequential;
+
+impl Parallel for Sequential {
+    fn threads(&self) -> usize {
+        1
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        for i in 0..tasks {
+            task(i);
+        }
+    }
+}
+
+/// Most threads a [`ThreadPool`] may have.
+pub const MAX_POOL_THREADS: usize = 1024;
+
+/// How long an idle worker (or a caller waiting for workers) spins before it sleeps: long
+/// enough that the workers of a model that runs layer after layer never sleep between two
+/// runs (a sleeping worker wakes tens of microseconds late, and the caller takes its share
+/// meanwhile), short enough that an idle pool soon stops using CPU. pthreadpool spins for a
+/// similar time.
+const SPIN: Duration = Duration::from_millis(1);
+
+/// The `next` half of [`Shared::state`] once a job is closed: no claim can succeed.
+const CLOSED: u64 = u32::MAX as u64;
+
+/// Most tasks one `run` hands out at once (larger counts run in several rounds).
+const MAX_ROUND: usize = (u32::MAX - 1) as usize;
+
+/// The block every thread of one pool shares, allocated through the table.
+///
+/// The protocol: `state` is `(tag << 32) | next`. A caller writes the job (`job`, `tasks`)
+/// while the state is closed (`next == CLOSED`), then publishes `(tag + 1, 0)`. A thread
+/// claims task `i` by moving `(tag, i)` to `(tag, i + 1)` with a compare-and-swap, only while
+/// `i < tasks`; it reads the job seqlock-style (state, job, fence, state again) before it
+/// claims, so a successful claim proves the job it read is the current one and still
+/// running (the caller waits until `done == tasks`, then closes the state before it writes
+/// another job). So the caller never waits for a worker that took no task: a worker that
+/// is descheduled when a job starts simply finds nothing left to claim when it wakes.
+#[repr(C, align(64))]
+struct Shared {
+    /// `(tag << 32) | next`, on a cache line of its own.
+    state: Padded<AtomicU64>,
+    /// Tasks of the current job that have finished (or were skipped after a panic).
+    done: Padded<AtomicUsize>,
+    /// The current job: the address of the caller's `&(dyn Fn(usize) + Sync)` (which lives
+    /// on the caller's stack for the whole run), and its task count.
+    job: AtomicUsize,
+    tasks: AtomicUsize,
+    /// Set once, by drop.
+    shutdown: AtomicBool,
+    /// Workers asleep on `wake` (the caller notifies only when there are some).
+    sleepers: AtomicUsize,
+    /// The caller is asleep on `finished`.
+    caller_waiting: AtomicBool,
+    /// Worker threads (the pool has one more thread: the caller).
+    workers: usize,
+    /// Guards the two condition variables.
+    lock: Mutex<()>,
+    wake: Condvar,
+    finished: Condvar,
+    /// Serializes concurrent callers.
+    run_lock: Mutex<()>,
+    /// The first panic of the current job.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+#[repr(C, align(64))]
+struct Padded<T>(T);
+
+impl Shared {
+    const fn new(workers: usize) -> Shared {
+        Shared {
+            state: Padded(AtomicU64::new(CLOSED)),
+            done: Padded(AtomicUsize::new(0)),
+            job: AtomicUsize::new(0),
+            tasks: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            caller_waiting: AtomicBool::new(false),
+            workers,
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            finished: Condvar::new(),
+            run_lock: Mutex::new(()),
+            panic: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes a new state and wakes sleeping workers.
+    fn publish(&self, state: u64) {
+        self.state.0.store(state, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _l = self.lock();
+            self.wake.notify_all();
+        }
+    }
+
+    /// Claims and runs tasks of the job tagged `tag` until none is left, catching panics.
+    /// `task` and `tasks` are that job's (the caller's own, or read by [`Shared::read_job`]).
+    fn work(&self, tag: u64, task: &(dyn Fn(usize) + Sync), tasks: usize) {
+        let outer = IN_TASK.replace(self as *const Shared as usize);
+        let _restore = Restore(outer);
+        let mut st = self.state.0.load(Ordering::Relaxed);
+        loop {
+            let i = (st & CLOSED) as usize;
+            if st >> 32 != tag || i >= tasks {
+                return;
+            }
+            if let Err(now) =
+                self.state
+                    .0
+                    .compare_exchange_weak(st, st + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                st = now;
+                continue;
+            }
+            let mut finished = 1;
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(i))) {
+                // Skip the tasks nobody started (counted as done); keep the first payload.
+                let mut cur = self.state.0.load(Ordering::Relaxed);
+                while cur >> 32 == tag && ((cur & CLOSED) as usize) < tasks {
+                    match self.state.0.compare_exchange_weak(
+                        cur,
+                        (tag << 32) | tasks as u64,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            finished += tasks - (cur & CLOSED) as usize;
+                            break;
+                        }
+                        Err(now) => cur = now,
+                    }
+                }
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_none() {
+                    *slot = Some(payload);
+                }
+            }
+            if self.done.0.fetch_add(finished, Ordering::SeqCst) + finished == tasks
+                && self.caller_waiting.load(Ordering::SeqCst)
+            {
+                let _l = self.lock();
+                self.finished.notify_one();
+            }
+            st = self.state.0.load(Ordering::Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    /// The pool whose task this thread is running (its `Shared` address), or 0.
+    static IN_TASK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A persistent pool of worker threads.
+///
+/// [`ThreadPool::new(threads)`](ThreadPool::new) starts `threads - 1` worker threads once;
+/// the thread that calls [`Parallel::run`] is the remaining one and takes tasks too (as in
+/// pthreadpool, whose `pthreadpool_create(T)` means T threads including the caller).
+///
+/// * **Memory.** The pool's shared state (job slot, counters, locks, worker ids) is one
+///   64-byte aligned block from the allocator table (the captured one for
+///   [`ThreadPool::new`]), freed through it on drop. On Unix the workers are started with
+///   `pthread_create` directly, so neither creating the pool nor running on it touches the
+///   Rust global allocator; each worker's stack and thread-local storage are the C
+///   library's (mapped by libc when the thread starts, unmapped when it is joined), never
+///   the table's. A `run` allocates nothing at all. (Elsewhere the workers are `std`
+///   threads, whose creation allocates through the global allocator once.)
+/// * **Waking.** A run publishes the job (the caller's closure and a task count) with one
+///   atomic store; workers spin on it for about 1 ms after their last task and then sleep
+///   on a condition variable (std's futex-based `Mutex`/`Condvar`, which allocate
+///   nothing), so back-to-back runs wake them in well under a microsecond and an idle pool
+///   costs no CPU. Tasks are claimed one at a time with a compare-and-swap, and the caller
+///   waits only for tasks that were claimed, never for a worker that took none: a worker
+///   descheduled before it claims (a busy machine) costs the run nothing, the caller takes
+///   its tasks; one descheduled in the middle of a task delays the run by that task.
+/// * **Concurrent callers** are serialized: a `run` from a second thread waits until the
+///   first has finished (both complete; a pool is shared, never errors). A `run` from
+///   inside one of this pool's own tasks (a nested parallel section) runs its tasks inline
+///   on the calling thread instead of deadlocking.
+/// * **Panics.** A task that panics is caught on whichever thread ran it; tasks not yet
+///   started are skipped, the run waits for the tasks in flight, and then the first panic
+///   is resumed on the thread that called `run` (so `run` panics with the task's own
+///   payload). Workers survive and the pool stays usable; nothing deadlocks.
+/// * **Drop** wakes every worker, tells it to exit and joins it before the shared block is
+///   freed: no thread outlives the pool.
+///
+/// ```
+/// use keepalloc_allocators::{AllocatorTable, System};
+/// use keepalloc_kernels::{Parallel, ThreadPool};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// static TABLE: AllocatorTable = AllocatorTable::for_allocator(&System);
+/// let pool = ThreadPool::with_table(&TABLE, 2)?;
+/// let sum = AtomicUsize::new(0);
+/// pool.run(10, &|i| {
+///     sum.fetch_add(i, Ordering::Relaxed);
+/// });
+/// assert_eq!(sum.into_inner(), 45);
+/// # Ok::<(), keepalloc_kernels::KernelError>(())
+/// ```
+pub struct ThreadPool {
+    shared: NonNull<Shared>,
+    /// The table the block came from; `None` for the process pool, whose block is a static.
+    table: Option<AllocatorTable>,
+    threads: Threads,
+}
+
+// SAFETY: `Shared` is only touched through atomics and locks (the state protocol); the table is callable from any thread.
+unsafe impl Send for ThreadPool {}
+// SAFETY: as above; `run` takes `&self` and serializes callers itself.
+unsafe impl Sync for ThreadPool {}
+
+impl core::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads (the caller of `run` and `threads - 1` workers), its
+    /// state allocated through the table captured by [`initialize`](crate::initialize)
+    /// ([`KernelError::Uninitialized`] before that).
+    pub fn new(threads: usize) -> Result<ThreadPool, KernelError> {
+        Self::with_table(init::captured()?, threads)
+    }
+
+    /// A pool of `threads` threads whose state is allocated through `table`.
+    ///
+    /// Errors: [`KernelError::InvalidThreads`] for 0 or more than [`MAX_POOL_THREADS`],
+    /// [`KernelError::InvalidTable`] for a table with a NULL slot,
+    /// [`KernelError::OutOfMemory`] when the table refuses the block and
+    /// [`KernelError::ThreadSpawn`] when the OS refuses a thread (the workers already
+    /// started are joined and the block is freed first).
+    pub fn with_table(
+        table: &'static AllocatorTable,
+        threads: usize,
+    ) -> Result<ThreadPool, KernelError> {
+        if threads == 0 || threads > MAX_POOL_THREADS {
+            return Err(KernelError::InvalidThreads);
+        }
+        if !table.is_complete() {
+            return Err(KernelError::InvalidTable);
+        }
+        let workers = threads - 1;
+        // The shared state, then one pthread id per worker.
+        let bytes = size_of::<Shared>() + workers * size_of::<usize>();
+        // SAFETY: a complete table keeps the `xnn_allocator` contract; 64 is a power of two.
+        let raw = unsafe { table.aligned_alloc(align_of::<Shared>(), bytes) };
+        let shared =
+            NonNull::new(raw.cast::<Shared>()).ok_or(KernelError::OutOfMemory { bytes })?;
+        if !(raw as usize).is_multiple_of(align_of::<Shared>()) {
+            // SAFETY: the block came from this table and is freed once.
+            unsafe { table.aligned_free(raw) };
+            return Err(KernelError::InvalidTable);
+        }
+        // SAFETY: the block is `bytes` writable bytes aligned for `Shared`, not yet shared.
+        unsafe { shared.as_ptr().write(Shared::new(workers)) };
+        // The ids follow `Shared` in the block (room for `workers` of them, usize-aligned
+        // since the size of `Shared` is a multiple of 64).
+        // SAFETY: the offset stays inside the block.
+        let ids = unsafe { raw.add(size_of::<Shared>()) }.cast::<usize>();
+        // SAFETY: an initialized block with room for `workers` ids, freed through `table`.
+        unsafe { ThreadPool::start(shared, Some(*table), ids, workers) }
+    }
+
+    /// Starts `workers` workers on an initialized block.
+    ///
+    /// # Safety
+    /// `shared` is initialized, not used by anything else, and stays valid until the pool is
+    /// dropped (then it is dropped in place, and freed through `table` if there is one);
+    /// `ids` has room for `workers` ids and lives as long.
+    unsafe fn start(
+        shared: NonNull<Shared>,
+        table: Option<AllocatorTable>,
+        ids: *mut usize,
+        workers: usize,
+    ) -> Result<ThreadPool, KernelError> {
+        let mut pool = ThreadPool {
+            shared,
+            table,
+            threads: Threads::new(ids),
+        };
+        for _ in 0..workers {
+            // On failure `pool` is dropped here: the started workers are joined, the
+            // block dropped (and freed).
+            pool.threads.spawn(shared)?;
+        }
+        Ok(pool)
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: the block lives (initialized) until drop, which needs `&mut self`.
+        unsafe { self.shared.as_ref() }
+    }
+}
+
+impl Parallel for ThreadPool {
+    fn threads(&self) -> usize {
+        self.shared().workers + 1
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        let s = self.shared();
+        let me = self.shared.as_ptr() as usize;
+        if tasks <= 1 || s.workers == 0 || IN_TASK.get() == me {
+            // One task, no workers, or a nested run from one of our own tasks: inline.
+            let outer = IN_TASK.replace(me);
+            let _restore = Restore(outer);
+            for i in 0..tasks {
+                task(i);
+            }
+            return;
+        }
+        let guard = s.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut start = 0;
+        while start < tasks {
+            // Rounds of at most MAX_ROUND tasks (the claim counter is 32 bits).
+            let round = (tasks - start).min(MAX_ROUND);
+            let shifted = |i: usize| task(start + i);
+            let job: &(dyn Fn(usize) + Sync) = &shifted;
+            // The state is closed (by the previous run, or since creation), so no thread can
+            // claim a task while the job is written; a worker reading it now is told apart by
+            // the tag (see `Shared`).
+            let tag = ((s.state.0.load(Ordering::Relaxed) >> 32) + 1) & CLOSED;
+            s.job.store(
+                &job as *const &(dyn Fn(usize) + Sync) as usize,
+                Ordering::Relaxed,
+            );
+            s.tasks.store(round, Ordering::Relaxed);
+            s.done.0.store(0, Ordering::Relaxed);
+            s.publish(tag << 32);
+            s.work(tag, job, round);
+            wait_until(
+                || s.done.0.load(Ordering::Acquire) == round,
+                || {
+                    let mut l = s.lock();
+                    s.caller_waiting.store(true, Ordering::SeqCst);
+                    while s.done.0.load(Ordering::SeqCst) != round {
+                        l = s.finished.wait(l).unwrap_or_else(|e| e.into_inner());
+                    }
+                    s.caller_waiting.store(false, Ordering::Relaxed);
+                },
+            );
+            // Every task has returned; close the job before `job` goes out of scope.
+            s.state.0.store((tag << 32) | CLOSED, Ordering::SeqCst);
+            if s.panic.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                break;
+            }
+            start += round;
+        }
+        let panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop::<MutexGuard<'_, ()>>(guard);
+        if let Some(payload) = panic {
+            resume_unwind(payload);
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let s = self.shared();
+            s.shutdown.store(true, Ordering::SeqCst);
+            let tag = ((s.state.0.load(Ordering::Relaxed) >> 32) + 1) & CLOSED;
+            s.state.0.store((tag << 32) | CLOSED, Ordering::SeqCst);
+            let _l = s.lock();
+            s.wake.notify_all();
+        }
+        self.threads.join_all();
+        // Every worker has exited, so nothing else refers to the block; it was initialized
+        // by `start`'s caller and (with a table) came from that table.
+        // SAFETY: the block is dropped (and freed) once, with no other user.
+        unsafe {
+            core::ptr::drop_in_place(self.shared.as_ptr());
+            if let Some(table) = &self.table {
+                table.aligned_free(self.shared.as_ptr().cast());
+            }
+        }
+    }
+}
+
+/// Restores `IN_TASK` on scope exit (also when a task unwinds).
+struct Restore(usize);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        IN_TASK.set(self.0);
+    }
+}
+
+/// Spins on `ready` for up to [`SPIN`], then calls `block` (which must wait until it holds).
+fn wait_until(ready: impl Fn() -> bool, block: impl FnOnce()) {
+    let start = Instant::now();
+    let mut i = 0u32;
+    loop {
+        if ready() {
+            return;
+        }
+        core::hint::spin_loop();
+        i = i.wrapping_add(1);
+        if i.is_multiple_of(64) && start.elapsed() > SPIN {
+            break;
+        }
+    }
+    block();
+}
+
+/// A worker: waits for each new tag, joins its job while there are tasks to claim, until
+/// shutdown.
+fn worker(s: &Shared) {
+    // The tag the block was created with, not the current one: a worker that starts late
+    // (after jobs, or after drop's shutdown tag) must still see that the tag moved.
+    let mut seen = 0;
+    loop {
+        wait_until(
+            || s.state.0.load(Ordering::Acquire) >> 32 != seen,
+            || {
+                let mut l = s.lock();
+                s.sleepers.fetch_add(1, Ordering::SeqCst);
+                while s.state.0.load(Ordering::SeqCst) >> 32 == seen {
+                    l = s.wake.wait(l).unwrap_or_else(|e| e.into_inner());
+                }
+                s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            },
+        );
+        // Seqlock read of the job: valid only if the state still has the same tag and is
+        // not closed after the job was read.
+        let first = s.state.0.load(Ordering::SeqCst);
+        seen = first >> 32;
+        // Drop sets the flag before it publishes its tag: checked after reading the tag, so
+        // a worker that has seen the shutdown tag (and will wait for a newer one) exits.
+        if s.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let job = s.job.load(Ordering::Relaxed);
+        let tasks = s.tasks.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        let again = s.state.0.load(Ordering::Relaxed);
+        if again >> 32 != seen || again & CLOSED == CLOSED || first & CLOSED == CLOSED {
+            continue;
+        }
+        // `job` is the address of the caller's `&dyn Fn` for tag `seen`; `work` dereferences
+        // it only after claiming a task of that tag, which proves the caller is still inside
+        // `run` waiting for that task (see `Shared`).
+        let task = |i: usize| {
+            // SAFETY: reached only through a successful claim of tag `seen` (see above).
+            let f = unsafe { *(job as *const &(dyn Fn(usize) + Sync)) };
+            f(i)
+        };
+        s.work(seen, &task, tasks);
+    }
+}
+
+/// The worker threads of one pool.
+#[cfg(unix)]
+struct Threads {
+    /// The pthread ids, in the pool's block after `Shared` (`pthread_t` is an integer or a
+    /// pointer, pointer-sized on every Unix target that Rust's std supports with pthreads).
+    ids: *mut usize,
+    len: usize,
+}
+
+#[cfg(unix)]
+mod os {
+    use core::ffi::{c_int, c_void};
+
+    pub type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
+
+    unsafe extern "C" {
+        pub fn pthread_create(
+            thread: *mut usize,
+            attr: *const c_void,
+            start: StartFn,
+            arg: *mut c_void,
+        ) -> c_int;
+        pub fn pthread_join(thread: usize, retval: *mut *mut c_void) -> c_int;
+    }
+}
+
+#[cfg(unix)]
+extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the pool's `Shared`, which lives until this thread has been joined.
+    let s = unsafe { &*arg.cast::<Shared>() };
+    worker(s);
+    core::ptr::null_mut()
+}
+
+#[cfg(unix)]
+impl Threads {
+    fn new(ids: *mut usize) -> Threads {
+        Threads { ids, len: 0 }
+    }
+
+    fn spawn(&mut self, shared: NonNull<Shared>) -> Result<(), KernelError> {
+        let mut id = 0usize;
+        // The start routine only reads the shared block, which outlives the thread
+        // (joined in drop before it is freed); default attributes (the C library's stack).
+        // SAFETY: valid out pointer, NULL attributes, a matching start routine.
+        let rc = unsafe {
+            os::pthread_create(
+                &mut id,
+                core::ptr::null(),
+                worker_main,
+                shared.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(KernelError::ThreadSpawn { code: rc });
+        }
+        // SAFETY: the block has room for one id per worker, and at most that many are started.
+        unsafe { self.ids.add(self.len).write(id) };
+        self.len += 1;
+        Ok(())
+    }
+
+    fn join_all(&mut self) {
+        for i in 0..self.len {
+            // SAFETY: id `i` was written by `spawn`; that thread is joined once.
+            let rc = unsafe { os::pthread_join(self.ids.add(i).read(), core::ptr::null_mut()) };
+            debug_assert_eq!(rc, 0, "pthread_join");
+        }
+        self.len = 0;
+    }
+}
+
+/// The worker threads of one pool (std threads where there are no pthreads).
+#[cfg(not(unix))]
+struct Threads(Vec<std::thread::JoinHandle<()>>);
+
+#[cfg(not(unix))]
+impl Threads {
+    fn new(_ids: *mut usize) -> Threads {
+        Threads(Vec::new())
+    }
+
+    fn spawn(&mut self, shared: NonNull<Shared>) -> Result<(), KernelError> {
+        struct Ptr(NonNull<Shared>);
+        // SAFETY: the block outlives the thread (joined in drop before it is freed).
+        unsafe impl Send for Ptr {}
+        let p = Ptr(shared);
+        let handle = std::thread::Builder::new()
+            .spawn(move || {
+                let p = p;
+                // SAFETY: see above.
+                worker(unsafe { p.0.as_ref() })
+            })
+            .map_err(|e| KernelError::ThreadSpawn {
+                code: e.raw_os_error().unwrap_or(-1),
+            })?;
+        self.0.push(handle);
+        Ok(())
+    }
+
+    fn join_all(&mut self) {
+        for h in self.0.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The process pool's state: a static, since the pool lives as long as the process.
+struct ProcessBlock {
+    shared: UnsafeCell<core::mem::MaybeUninit<Shared>>,
+    ids: UnsafeCell<[usize; MAX_POOL_THREADS]>,
+}
+
+// SAFETY: written only under `PROCESS_INIT` before the pool exists, then used through the pool.
+unsafe impl Sync for ProcessBlock {}
+
+static PROCESS_BLOCK: ProcessBlock = ProcessBlock {
+    shared: UnsafeCell::new(core::mem::MaybeUninit::uninit()),
+    ids: UnsafeCell::new([0; MAX_POOL_THREADS]),
+};
+
+/// The process-wide pool behind `FullyConnectedDesc::with_threads`.
+static PROCESS: OnceLock<ThreadPool> = OnceLock::new();
+/// Serializes the start of [`PROCESS`] (starting can fail, and must not run twice).
+static PROCESS_INIT: Mutex<()> = Mutex::new(());
+
+/// The process-wide pool that operators created with `with_threads(t)`, `t > 1`, run on:
+/// started once, on first use, with one thread per CPU this process may use
+/// (`std::thread::available_parallelism`), and never stopped. It lives as long as the
+/// process, so its state is a `static`: it allocates nothing, neither through the table nor
+/// through the global allocator (the workers' stacks are the C library's). Pools of your
+/// own ([`ThreadPool::new`]) allocate their state through the table instead.
+///
+/// The first operator created with `threads > 1` starts it, so `run` never starts threads;
+/// call this to start it at a moment of your choosing (asking the OS for the CPU count reads
+/// `/proc`, which allocates through the global allocator, once).
+pub fn process_pool() -> Result<&'static ThreadPool, KernelError> {
+    if let Some(pool) = PROCESS.get() {
+        return Ok(pool);
+    }
+    let _g = PROCESS_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pool) = PROCESS.get() {
+        return Ok(pool);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_POOL_THREADS);
+    let shared = PROCESS_BLOCK.shared.get().cast::<Shared>();
+    // Under `PROCESS_INIT` with no process pool yet, nothing else uses the static block (a
+    // failed earlier start dropped its `Shared` in place after joining its workers).
+    // SAFETY: exclusive access to the static block, which lives for ever.
+    let pool = unsafe {
+        shared.write(Shared::new(threads - 1));
+        ThreadPool::start(
+            NonNull::new_unchecked(shared),
+            None,
+            PROCESS_BLOCK.ids.get().cast(),
+            threads - 1,
+        )?
+    };
+    Ok(PROCESS.get_or_init(|| pool))
+}

@@ -1,0 +1,343 @@
+//! The persistent pool and the `Parallel` trait: every task exactly once, panics propagated
+//! without deadlock, concurrent and nested callers, workers joined on drop, and multi-thread
+//! runs (our pool, the process pool, a runtime's own pool, hostile pools) bit-identical to
+//! one thread over many shapes, narrow and tall.
+
+mod common;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+
+use common::{Case, Rng};
+use keepalloc_allocators::{AllocatorTable, Counting, System};
+use keepalloc_kernels::{
+    FullyConnected, Isa, KernelError, MAX_POOL_THREADS, Parallel, Sequential, ThreadPool,
+    process_pool,
+};
+
+static BACKEND: Counting<System> = Counting::new(System);
+static TABLE: AllocatorTable = AllocatorTable::for_allocator(&BACKEND);
+
+fn counts(pool: &dyn Parallel, tasks: usize) -> Vec<usize> {
+    let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+    pool.run(tasks, &|i| {
+        hits[i].fetch_add(1, Ordering::Relaxed);
+    });
+    hits.into_iter().map(AtomicUsize::into_inner).collect()
+}
+
+#[test]
+fn every_task_runs_exactly_once() {
+    for threads in [1, 2, 3, 8] {
+        let pool = ThreadPool::with_table(&TABLE, threads).unwrap();
+        assert_eq!(pool.threads(), threads);
+        for tasks in [0, 1, 2, 3, 7, 64, 1000] {
+            for _ in 0..20 {
+                assert!(
+                    counts(&pool, tasks).iter().all(|&c| c == 1),
+                    "{threads} threads, {tasks} tasks"
+                );
+            }
+        }
+    }
+    assert!(counts(&Sequential, 5).iter().all(|&c| c == 1));
+}
+
+#[test]
+fn work_really_runs_on_several_threads() {
+    // Two tasks that each wait for the other: only two threads running at once finish.
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let barrier = Barrier::new(2);
+    pool.run(2, &|_| {
+        barrier.wait();
+    });
+}
+
+#[test]
+fn bad_thread_counts_and_tables_are_errors() {
+    assert_eq!(
+        ThreadPool::with_table(&TABLE, 0).unwrap_err(),
+        KernelError::InvalidThreads
+    );
+    assert_eq!(
+        ThreadPool::with_table(&TABLE, MAX_POOL_THREADS + 1).unwrap_err(),
+        KernelError::InvalidThreads
+    );
+    let p = TABLE.raw_parts();
+    // SAFETY: the System table's own functions, one slot emptied.
+    let holed = unsafe { AllocatorTable::from_raw_parts(p.0, p.1, p.2, p.3, None, p.5) };
+    let holed: &'static AllocatorTable = Box::leak(Box::new(holed));
+    assert_eq!(
+        ThreadPool::with_table(holed, 2).unwrap_err(),
+        KernelError::InvalidTable
+    );
+}
+
+#[test]
+fn the_state_is_one_table_block_given_back_on_drop() {
+    // Other tests share BACKEND, so compare a private counting table.
+    static OWN: Counting<System> = Counting::new(System);
+    static OWN_TABLE: AllocatorTable = AllocatorTable::for_allocator(&OWN);
+    let pool = ThreadPool::with_table(&OWN_TABLE, 3).unwrap();
+    assert_eq!(OWN.stats().allocations, 1);
+    for _ in 0..10 {
+        counts(&pool, 9);
+    }
+    assert_eq!(OWN.stats().allocations, 1, "run allocates nothing");
+    drop(pool);
+    assert_eq!(OWN.stats().live_bytes, 0);
+}
+
+#[test]
+fn a_panicking_task_propagates_and_the_pool_survives() {
+    let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
+    for round in 0..20 {
+        let ran = AtomicUsize::new(0);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(16, &|i| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if i == round % 16 {
+                    panic!("task {i} failed");
+                }
+            })
+        }));
+        let payload = caught.expect_err("the panic reaches the caller");
+        let msg = payload
+            .downcast_ref::<String>()
+            .expect("the task's own payload");
+        assert_eq!(msg, &format!("task {} failed", round % 16));
+        assert!(ran.into_inner() >= 1);
+        // Still usable, every task once.
+        assert!(counts(&pool, 10).iter().all(|&c| c == 1));
+    }
+}
+
+#[test]
+fn concurrent_callers_are_serialized_and_all_complete() {
+    let pool = Arc::new(ThreadPool::with_table(&TABLE, 2).unwrap());
+    let callers: Vec<_> = (0..4)
+        .map(|t| {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                for r in 0..200 {
+                    let tasks = 1 + (t * 7 + r) % 20;
+                    assert!(counts(&*pool, tasks).iter().all(|&c| c == 1));
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().unwrap();
+    }
+}
+
+#[test]
+fn a_nested_run_runs_inline_instead_of_deadlocking() {
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let inner = AtomicUsize::new(0);
+    pool.run(4, &|_| {
+        pool.run(3, &|_| {
+            inner.fetch_add(1, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(inner.into_inner(), 12);
+}
+
+#[test]
+fn a_pool_dropped_before_its_workers_start_does_not_hang() {
+    // Drop can publish the shutdown before a worker has run its first instruction; that
+    // worker must still see it (a worker that read the current tag at start slept for ever).
+    for i in 0..300 {
+        let pool = ThreadPool::with_table(&TABLE, 2 + i % 3).unwrap();
+        if i % 2 == 0 {
+            counts(&pool, 5);
+        }
+        drop(pool);
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn drop_joins_every_worker() {
+    unsafe extern "C" {
+        fn gettid() -> i32;
+    }
+    let pool = ThreadPool::with_table(&TABLE, 4).unwrap();
+    let tids: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+    let barrier = Barrier::new(4);
+    pool.run(4, &|i| {
+        // SAFETY: gettid has no preconditions.
+        tids[i].store(unsafe { gettid() } as usize, Ordering::Relaxed);
+        barrier.wait(); // four distinct threads
+    });
+    // SAFETY: as above.
+    let me = unsafe { gettid() } as usize;
+    let workers: Vec<usize> = tids
+        .iter()
+        .map(|t| t.load(Ordering::Relaxed))
+        .filter(|&t| t != me)
+        .collect();
+    assert_eq!(workers.len(), 3);
+    let alive = |tid: usize| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists();
+    assert!(workers.iter().all(|&t| alive(t)));
+    drop(pool);
+    // The kernel removes a joined thread's entry right after the join returns; a worker
+    // that was not joined would stay parked (alive) for ever.
+    for _ in 0..10_000 {
+        if !workers.iter().any(|&t| alive(t)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("workers still alive after drop: {workers:?}");
+}
+
+/// Delivers every task twice, from two threads at once.
+struct Twice;
+
+impl Parallel for Twice {
+    fn threads(&self) -> usize {
+        2
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        std::thread::scope(|s| {
+            s.spawn(|| (0..tasks).for_each(task));
+            (0..tasks).for_each(task);
+        });
+    }
+}
+
+/// Forgets the last task.
+struct Skips;
+
+impl Parallel for Skips {
+    fn threads(&self) -> usize {
+        4
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks.saturating_sub(1)).for_each(task);
+    }
+}
+
+/// A runtime's pool: its own std threads, each task index claimed from a counter.
+struct RuntimePool(usize);
+
+impl Parallel for RuntimePool {
+    fn threads(&self) -> usize {
+        self.0
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        let next = AtomicUsize::new(0);
+        let claim = || {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= tasks {
+                    return;
+                }
+                task(i);
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.0 {
+                s.spawn(claim);
+            }
+            claim();
+        });
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Shapes that cut by panels (wide), by rows (tall and narrow) and by both, with M and N
+/// edges, batch 1, and K past one K block.
+const SHAPES: [(usize, usize, usize); 16] = [
+    (1, 300, 333),
+    (1, 64, 2000),
+    (2, 100, 20),
+    (7, 50, 700),
+    (9, 300, 70),
+    (16, 1024, 64),
+    (17, 33, 16),
+    (37, 300, 333),
+    (64, 96, 8),
+    (100, 64, 1000),
+    (130, 257, 40),
+    (256, 64, 32),
+    (300, 40, 17),
+    (512, 16, 8),
+    (1000, 1100, 33),
+    (33, 1300, 520),
+];
+
+#[test]
+fn threads_are_bit_identical_to_one_thread_over_shapes() {
+    let pools: Vec<(String, Box<dyn Parallel>)> = vec![
+        (
+            "pool(2)".into(),
+            Box::new(ThreadPool::with_table(&TABLE, 2).unwrap()),
+        ),
+        (
+            "pool(3)".into(),
+            Box::new(ThreadPool::with_table(&TABLE, 3).unwrap()),
+        ),
+        (
+            "pool(8)".into(),
+            Box::new(ThreadPool::with_table(&TABLE, 8).unwrap()),
+        ),
+        ("runtime(3)".into(), Box::new(RuntimePool(3))),
+        ("twice".into(), Box::new(Twice)),
+        ("sequential".into(), Box::new(Sequential)),
+    ];
+    let mut rng = Rng::new(11);
+    for (m, k, n) in SHAPES {
+        let case = Case::random(&mut rng, m, k, n);
+        for isa in Isa::available() {
+            let one = case.run_and_check(&TABLE, isa, &format!("{isa} {m}x{k}x{n}"));
+            let op = FullyConnected::create_with_table(&TABLE, &case.desc().with_isa(isa)).unwrap();
+            for (name, pool) in &pools {
+                let mut out = case.output();
+                op.run_in(&**pool, m, &case.input, &mut out).unwrap();
+                assert_eq!(bits(&one), bits(&out), "{isa} {name} at {m}x{k}x{n}");
+            }
+            for threads in [2, 4, 64] {
+                let mut out = case.output();
+                op.run_with_threads(m, &case.input, &mut out, threads)
+                    .unwrap();
+                assert_eq!(
+                    bits(&one),
+                    bits(&out),
+                    "{isa} process pool {threads} at {m}x{k}x{n}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pool_that_skips_tasks_is_an_error_not_a_wrong_answer() {
+    let mut rng = Rng::new(12);
+    let (m, k, n) = (64, 256, 512);
+    let case = Case::random(&mut rng, m, k, n);
+    let op = FullyConnected::create_with_table(&TABLE, &case.desc()).unwrap();
+    let mut out = case.output();
+    match op.run_in(&Skips, m, &case.input, &mut out) {
+        Err(KernelError::ParallelIncomplete { ran, tasks }) => assert_eq!(ran + 1, tasks),
+        other => panic!("expected ParallelIncomplete, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_process_pool_is_one_per_cpu_and_shared() {
+    let a = process_pool().unwrap();
+    let b = process_pool().unwrap();
+    assert!(std::ptr::eq(a, b));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(a.threads(), cpus);
+    assert!(counts(a, 33).iter().all(|&c| c == 1));
+}
