@@ -5,6 +5,13 @@
 //! f32|bf16_f32|qd8_f32_qc8w|f32_qc8w|all`: the low-precision operators against current
 //! XNNPACK, the executorch wheel's from `cargo xtask runtimes`); the benchmark's own
 //! dependencies (plotters, the peers) stay out of xtask.
+//!
+//! `cargo xtask bench --threads T [--json PATH] [--quick] [--shapes ...]` is the
+//! multi-threaded comparison: keepalloc-kernels on a `ThreadPool::new(T)` (and on a Debian
+//! pthreadpool through the `Parallel` trait), with its own 1-thread figure measured in the
+//! same rounds, against Debian's XNNPACK and current XNNPACK each on a T-thread pthreadpool
+//! and OpenBLAS with T threads; the same shapes, interleaved, every output checked, JSON
+//! with GFLOPS medians and the ratios (keepalloc over each peer and over its 1-thread run).
 
 use crate::util;
 

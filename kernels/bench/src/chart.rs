@@ -7,12 +7,13 @@ use plotters::prelude::*;
 use crate::Row;
 use crate::peers::Lib;
 
-const COLORS: [RGBColor; 5] = [
+const COLORS: [RGBColor; 6] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
+    RGBColor(23, 190, 207),
 ];
 
 pub fn draw(

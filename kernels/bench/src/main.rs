@@ -15,6 +15,7 @@ mod chart;
 mod lowp;
 mod peers;
 mod probe;
+mod threads;
 mod xnn_current;
 
 use std::fmt::Write as _;
@@ -104,8 +105,9 @@ struct Cli {
     /// Shorter timing (about 120 ms of samples a library and shape instead of 400 ms).
     #[arg(long)]
     quick: bool,
-    /// Only these libraries, comma-separated, any case: keepalloc, XNNPACK, OpenBLAS,
-    /// matrixmultiply, gemm [default: all].
+    /// Only these libraries, comma-separated, any case: keepalloc, XNNPACK (Debian's, 2022),
+    /// XNNPACK-2026 (current: the executorch wheel's), OpenBLAS, matrixmultiply, gemm
+    /// [default: all].
     #[arg(long, value_name = "a,b", value_delimiter = ',')]
     libs: Option<Vec<String>>,
     /// Only these shapes, comma-separated [default: the eleven, plus 128x4096x4096
@@ -116,6 +118,11 @@ struct Cli {
     /// current XNNPACK (the executorch wheel's), or all four.
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16_f32", "qd8_f32_qc8w", "f32_qc8w", "all"])]
     op: String,
+    /// Multi-threaded comparison: keepalloc on a T-thread pool (and its 1-thread figure)
+    /// against XNNPACK (Debian's and current) on a T-thread pthreadpool and OpenBLAS with T
+    /// threads (the f32 operator; `--json`, `--quick` and `--shapes` apply).
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
 }
 
 /// `MxKxN`, each positive.
@@ -233,7 +240,13 @@ fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
 
 fn main() -> ExitCode {
     // A bad option prints the usage and exits with 2, as before.
-    let o = Options::from(Cli::parse());
+    let cli = Cli::parse();
+    if let Some(t) = cli.threads {
+        let budget = Duration::from_millis(if cli.quick { 120 } else { 400 });
+        let shapes = cli.shapes.clone().unwrap_or_else(|| SHAPES.to_vec());
+        return threads::run(t.into(), &shapes, budget, cli.json.as_deref());
+    }
+    let o = Options::from(cli);
     let mut code = ExitCode::SUCCESS;
     if o.f32 {
         code = run_f32(&o);
@@ -250,6 +263,22 @@ fn main() -> ExitCode {
         }
     }
     code
+}
+
+/// The workspace root (where `cargo xtask runtimes` writes `target/runtimes/`).
+fn workspace_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Why current XNNPACK (the executorch wheel's) was skipped, when it was asked for and was.
+fn current_xnnpack_missing(rows: &[Row], libs: &[Lib]) -> Option<String> {
+    if !libs.contains(&Lib::XnnpackCurrent) {
+        return None;
+    }
+    rows.iter()
+        .flat_map(|r| &r.cells)
+        .filter(|c| c.lib == Lib::XnnpackCurrent)
+        .find_map(|c| c.gflops.as_ref().err().cloned())
 }
 
 /// The f32 operator against every peer.
@@ -342,6 +371,16 @@ fn run_f32(o: &Options) -> ExitCode {
             println!("{}: {why}", lib.name());
         }
     }
+    if let Some(path) = rows
+        .first()
+        .filter(|r| r.of(Lib::XnnpackCurrent).is_some())
+        .and_then(|_| xnn_current::find_library(&workspace_dir()))
+    {
+        println!(
+            "XNNPACK-2026: current XNNPACK, {} (Debian's 2022 build is `XNNPACK`)",
+            path.display()
+        );
+    }
     if let Some(path) = &o.json {
         if let Some(dir) = std::path::Path::new(path).parent() {
             let _ = std::fs::create_dir_all(dir);
@@ -358,6 +397,12 @@ fn run_f32(o: &Options) -> ExitCode {
     match chart::draw(&o.svg, &rows, &o.libs, peak) {
         Ok(()) => println!("SVG chart: {}", o.svg),
         Err(e) => eprintln!("SVG chart failed: {e}"),
+    }
+    if let Some(why) = current_xnnpack_missing(&rows, &o.libs)
+        && std::env::var("CI").is_ok_and(|v| v == "true")
+    {
+        eprintln!("CI=true: current XNNPACK is required: {why}");
+        return ExitCode::FAILURE;
     }
     if wrong.is_empty() {
         println!("all outputs match the f64 reference");
@@ -376,8 +421,8 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
         }
         let _ = write!(
             h,
-            "  {:>24} {:>9} {:>7} {:>7}",
-            "best peer", "vs best", "vs XNN", "% peak"
+            "  {:>24} {:>9} {:>7} {:>8} {:>7}",
+            "best peer", "vs best", "vs XNN", "vs XNN26", "% peak"
         );
         let _ = write!(h, "  {:>16}", "b=1 roof GFLOPS");
         println!("{h}");
@@ -404,10 +449,11 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
     };
     let _ = write!(
         line,
-        "  {:>24} {:>9} {:>7} {:>7}",
+        "  {:>24} {:>9} {:>7} {:>8} {:>7}",
         best_s,
         ratio(ours, best.map(|b| b.1)),
         ratio(ours, row.of(Lib::Xnnpack)),
+        ratio(ours, row.of(Lib::XnnpackCurrent)),
         ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak))
     );
     if let Some(bw) = row.bandwidth {

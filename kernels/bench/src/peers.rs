@@ -74,15 +74,18 @@ impl Data {
 pub enum Lib {
     Keepalloc,
     Xnnpack,
+    /// Current XNNPACK: the executorch 1.5.1 wheel's, loaded with `dlmopen` (`xnn_current`).
+    XnnpackCurrent,
     OpenBlas,
     MatrixMultiply,
     Gemm,
 }
 
 impl Lib {
-    pub const ALL: [Lib; 5] = [
+    pub const ALL: [Lib; 6] = [
         Lib::Keepalloc,
         Lib::Xnnpack,
+        Lib::XnnpackCurrent,
         Lib::OpenBlas,
         Lib::MatrixMultiply,
         Lib::Gemm,
@@ -92,6 +95,7 @@ impl Lib {
         match self {
             Lib::Keepalloc => "keepalloc",
             Lib::Xnnpack => "XNNPACK",
+            Lib::XnnpackCurrent => "XNNPACK-2026",
             Lib::OpenBlas => "OpenBLAS",
             Lib::MatrixMultiply => "matrixmultiply",
             Lib::Gemm => "gemm",
@@ -100,7 +104,7 @@ impl Lib {
 
     /// Whether its output includes the bias (the FC operators do; the GEMMs compute x·W).
     pub fn adds_bias(self) -> bool {
-        matches!(self, Lib::Keepalloc | Lib::Xnnpack)
+        matches!(self, Lib::Keepalloc | Lib::Xnnpack | Lib::XnnpackCurrent)
     }
 }
 
@@ -124,6 +128,18 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
             }))
         }
         Lib::Xnnpack => xnnpack::runner(d),
+        Lib::XnnpackCurrent => {
+            let xnn = crate::xnn_current::current(&crate::workspace_dir())?;
+            let g = crate::xnn_current::Geometry {
+                k: d.k,
+                n: d.n,
+                m: d.m,
+            };
+            let mut op = crate::xnn_current::F32Fc::new(xnn, g, &d.w, &d.bias)?;
+            Ok(Box::new(move |out| {
+                op.run(&d.x, out).expect("current XNNPACK run")
+            }))
+        }
         Lib::OpenBlas => openblas::runner(d),
         Lib::MatrixMultiply => Ok(Box::new(move |out| {
             // SAFETY: x is m × k (row stride k), wt is k × n (row stride n), out is m × n.

@@ -1,5 +1,5 @@
 //! The current XNNPACK (the one inside the executorch 1.5.1 wheel, `cargo xtask runtimes`)
-//! loaded at run time, with its low-precision fully-connected operators.
+//! loaded at run time, with its f32 and low-precision fully-connected operators.
 //!
 //! Shared by the benchmark and by the kernels' comparison test (`#[path]`), so it depends on
 //! nothing but `core`/`std`. Signatures are those of google/XNNPACK's `include/xnnpack.h`
@@ -7,6 +7,11 @@
 //! (unchanged in between for every function used here):
 //!
 //! ```c
+//! xnn_create_fully_connected_nc_f32(size_t input_channels, size_t output_channels,
+//!     size_t input_stride, size_t output_stride, const float* kernel, const float* bias,
+//!     float output_min, float output_max, uint32_t flags, xnn_weights_cache_t, xnn_operator_t*);
+//! xnn_reshape_fully_connected_nc_f32(xnn_operator_t, size_t batch_size, pthreadpool_t);
+//! xnn_setup_fully_connected_nc_f32(xnn_operator_t, const float* input, float* output);
 //! xnn_create_fully_connected_nc_bf16_f32(size_t input_channels, size_t output_channels,
 //!     size_t input_stride, size_t output_stride, const void* kernel, const float* bias,
 //!     float output_min, float output_max, uint32_t flags, xnn_weights_cache_t, xnn_operator_t*);
@@ -84,6 +89,19 @@ pub struct QuantParams {
 }
 
 type Op = *mut c_void;
+type CreateF32 = unsafe extern "C" fn(
+    usize,
+    usize,
+    usize,
+    usize,
+    *const f32,
+    *const f32,
+    f32,
+    f32,
+    u32,
+    *mut c_void,
+    *mut Op,
+) -> c_int;
 type CreateBf16 = unsafe extern "C" fn(
     usize,
     usize,
@@ -180,6 +198,9 @@ type DeleteOp = unsafe extern "C" fn(Op) -> c_int;
 /// The loaded library's entry points (never unloaded).
 pub struct Xnn {
     pub path: PathBuf,
+    create_f32: CreateF32,
+    reshape_f32: Reshape,
+    setup_f32: SetupF32,
     create_bf16: CreateBf16,
     reshape_bf16: Reshape,
     setup_bf16: SetupBf16,
@@ -223,6 +244,17 @@ pub fn find_library(workspace: &Path) -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// The current XNNPACK for a comparison: found (see [`find_library`]) and loaded once, or a
+/// sentence saying why not.
+pub fn current(workspace: &Path) -> Result<&'static Xnn, String> {
+    let path = find_library(workspace).ok_or_else(|| {
+        "not found: run `cargo xtask runtimes` (it fetches the executorch 1.5.1 wheel and \
+         writes target/runtimes/runtimes.json; KEEPALLOC_XNNPACK_CURRENT overrides the path)"
+            .to_string()
+    })?;
+    Xnn::load(&path)
+}
+
 /// Looks `name` up as a function of type `F`.
 ///
 /// # Safety
@@ -247,8 +279,21 @@ fn check(what: &str, status: c_int) -> Result<(), String> {
 }
 
 impl Xnn {
-    /// Loads the library at `path` into a new link-map namespace.
+    /// Loads the library at `path` into a new link-map namespace, once per path (a later
+    /// call returns the same entry points: every `dlmopen(LM_ID_NEWLM)` takes one of the
+    /// few namespaces glibc has).
     pub fn load(path: &Path) -> Result<&'static Xnn, String> {
+        static LOADED: std::sync::Mutex<Vec<&'static Xnn>> = std::sync::Mutex::new(Vec::new());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(x) = loaded.iter().find(|x| x.path == path) {
+            return Ok(x);
+        }
+        let xnn = Xnn::load_new(path)?;
+        loaded.push(xnn);
+        Ok(xnn)
+    }
+
+    fn load_new(path: &Path) -> Result<&'static Xnn, String> {
         let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: a NUL-terminated path; loading runs the library's constructors (ExecuTorch's call xnn_initialize(NULL)).
         let handle = unsafe { dlmopen(LM_ID_NEWLM, name.as_ptr(), RTLD_NOW) };
@@ -281,6 +326,9 @@ impl Xnn {
         unsafe {
             Ok(Box::leak(Box::new(Xnn {
                 path: path.to_path_buf(),
+                create_f32: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
+                reshape_f32: symbol(handle, c"xnn_reshape_fully_connected_nc_f32")?,
+                setup_f32: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
                 create_bf16: symbol(handle, c"xnn_create_fully_connected_nc_bf16_f32")?,
                 reshape_bf16: symbol(handle, c"xnn_reshape_fully_connected_nc_bf16_f32")?,
                 setup_bf16: symbol(handle, c"xnn_setup_fully_connected_nc_bf16_f32")?,
@@ -343,6 +391,64 @@ pub struct Geometry {
     pub k: usize,
     pub n: usize,
     pub m: usize,
+}
+
+/// `fully_connected_nc_f32`, reshaped for `g.m` rows: the f32 operator the benchmark's
+/// "XNNPACK current" column runs.
+pub struct F32Fc {
+    op: Operator,
+    g: Geometry,
+    /// The (input, output) the operator was last set up on: setup runs only when they
+    /// change, as the Debian XNNPACK runner does.
+    bound: (*const f32, *mut f32),
+}
+
+impl F32Fc {
+    /// Packs `w` (n × k, `[output][input]`) and `bias` (n) with no clamp.
+    pub fn new(xnn: &'static Xnn, g: Geometry, w: &[f32], bias: &[f32]) -> Result<F32Fc, String> {
+        assert!(w.len() >= g.k * g.n && bias.len() >= g.n);
+        let mut op = core::ptr::null_mut();
+        // SAFETY: w is n × k floats and bias n floats (copied into packed weights); no weights cache; a valid out-pointer.
+        check("create f32", unsafe {
+            (xnn.create_f32)(
+                g.k,
+                g.n,
+                g.k,
+                g.n,
+                w.as_ptr(),
+                bias.as_ptr(),
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                0,
+                core::ptr::null_mut(),
+                &mut op,
+            )
+        })?;
+        let op = Operator { xnn, op };
+        // SAFETY: a live operator; no thread pool.
+        check("reshape f32", unsafe {
+            (xnn.reshape_f32)(op.op, g.m, core::ptr::null_mut())
+        })?;
+        Ok(F32Fc {
+            op,
+            g,
+            bound: (core::ptr::null(), core::ptr::null_mut()),
+        })
+    }
+
+    /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+        let g = self.g;
+        assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
+        if self.bound != (x.as_ptr(), y.as_mut_ptr()) {
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, and `run` sets up again whenever either pointer changes, so the operator never runs on a stale buffer.
+            check("setup f32", unsafe {
+                (self.op.xnn.setup_f32)(self.op.op, x.as_ptr(), y.as_mut_ptr())
+            })?;
+            self.bound = (x.as_ptr(), y.as_mut_ptr());
+        }
+        self.op.run()
+    }
 }
 
 /// `fully_connected_nc_bf16_f32`, reshaped for `g.m` rows.

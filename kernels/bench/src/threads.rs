@@ -1,0 +1,790 @@
+//! `--threads T`: keepalloc-kernels on a T-thread pool against XNNPACK on a T-thread
+//! pthreadpool (Debian's 2022 build, and current XNNPACK from the executorch wheel) and
+//! OpenBLAS with T threads, on the same shapes, interleaved, every output checked against
+//! the f64 reference.
+//!
+//! Peers (one column each):
+//! * `keepalloc-1t`: the operator on the calling thread only (the 1-thread baseline the
+//!   speed-up column divides by, measured in the same rounds);
+//! * `keepalloc`: the operator on a `ThreadPool::new(T)` with `run_in` (how a runtime uses
+//!   it; the pool's state comes from the captured table);
+//! * `keepalloc@pthreadpool`: the operator on a T-thread Debian pthreadpool through the
+//!   `Parallel` trait (`pthreadpool_parallelize_1d`): the work runs on a runtime's threads;
+//! * `XNNPACK`: Debian's 2022 XNNPACK, `pthreadpool_create(T)` passed to setup and run;
+//! * `XNNPACK-2026`: current XNNPACK (the executorch 1.5.1 wheel's, `cargo xtask runtimes`),
+//!   loaded with `dlmopen(LM_ID_NEWLM)` into a namespace of its own, its own
+//!   `pthreadpool_create(T)` (the wheel's pthreadpool, found from the same handle);
+//! * `OpenBLAS`: `cblas_sgemm` (`sgemv` for batch 1) after `openblas_set_num_threads(T)`.
+
+use core::ffi::{CStr, c_char, c_int, c_long, c_void};
+use std::ffi::CString;
+use std::fmt::Write as _;
+#[cfg(have_pthreadpool)]
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
+
+use crate::peers::{Data, Runner};
+use crate::{ROUNDS, Timing, check};
+
+/// A column of the table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Peer {
+    KeepallocOne,
+    Keepalloc,
+    KeepallocPthreadpool,
+    Xnnpack,
+    XnnpackCurrent,
+    OpenBlas,
+}
+
+impl Peer {
+    pub const ALL: [Peer; 6] = [
+        Peer::KeepallocOne,
+        Peer::Keepalloc,
+        Peer::KeepallocPthreadpool,
+        Peer::Xnnpack,
+        Peer::XnnpackCurrent,
+        Peer::OpenBlas,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::KeepallocOne => "keepalloc-1t",
+            Peer::Keepalloc => "keepalloc",
+            Peer::KeepallocPthreadpool => "keepalloc@pthreadpool",
+            Peer::Xnnpack => "XNNPACK",
+            Peer::XnnpackCurrent => "XNNPACK-2026",
+            Peer::OpenBlas => "OpenBLAS",
+        }
+    }
+
+    fn adds_bias(self) -> bool {
+        !matches!(self, Peer::OpenBlas)
+    }
+}
+
+static SYSTEM: System = System;
+static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+
+/// The pools every shape shares (created once, as a runtime would).
+struct Pools {
+    keepalloc: ThreadPool,
+    pthreadpool: Result<PthreadPool, String>,
+    current: Result<&'static Current, String>,
+}
+
+/// Builds `peer`'s runner for `d` on `threads` threads, or says why it is skipped.
+fn runner<'a>(
+    peer: Peer,
+    d: &'a Data,
+    pools: &'a Pools,
+    threads: usize,
+) -> Result<Runner<'a>, String> {
+    let op = || {
+        FullyConnected::create(&FullyConnectedDesc::new(d.k, d.n, &d.w).with_bias(&d.bias))
+            .map_err(|e| e.to_string())
+    };
+    match peer {
+        Peer::KeepallocOne => {
+            let op = op()?;
+            Ok(Box::new(move |out| {
+                op.run(d.m, &d.x, out).expect("keepalloc run")
+            }))
+        }
+        Peer::Keepalloc => {
+            let op = op()?;
+            let pool = &pools.keepalloc;
+            Ok(Box::new(move |out| {
+                op.run_in(pool, d.m, &d.x, out).expect("keepalloc run_in")
+            }))
+        }
+        Peer::KeepallocPthreadpool => {
+            let pool = pools.pthreadpool.as_ref().map_err(Clone::clone)?;
+            let op = op()?;
+            Ok(Box::new(move |out| {
+                op.run_in(pool, d.m, &d.x, out)
+                    .expect("keepalloc run_in pthreadpool")
+            }))
+        }
+        Peer::Xnnpack => {
+            let pool = pools.pthreadpool.as_ref().map_err(Clone::clone)?;
+            debian::runner(d, pool.0)
+        }
+        Peer::XnnpackCurrent => {
+            let current = pools.current.as_ref().map_err(Clone::clone)?;
+            current.runner(d)
+        }
+        Peer::OpenBlas => openblas_runner(d, threads),
+    }
+}
+
+/// One shape's results: GFLOPS (or why skipped) and correctness, per peer.
+struct Row {
+    shape: (usize, usize, usize),
+    cells: Vec<(Peer, Result<f64, String>, bool)>,
+}
+
+impl Row {
+    fn of(&self, peer: Peer) -> Option<f64> {
+        self.cells
+            .iter()
+            .find(|c| c.0 == peer)
+            .and_then(|c| c.1.as_ref().ok().copied())
+    }
+}
+
+/// Runs the comparison; writes JSON to `json` if given.
+pub fn run(
+    threads: usize,
+    shapes: &[(usize, usize, usize)],
+    budget: Duration,
+    json: Option<&str>,
+) -> ExitCode {
+    if let Err(e) = keepalloc_kernels::initialize(&TABLE) {
+        eprintln!("keepalloc initialize: {e}");
+        return ExitCode::FAILURE;
+    }
+    let keepalloc = match ThreadPool::new(threads) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ThreadPool::new({threads}): {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let pools = Pools {
+        keepalloc,
+        pthreadpool: PthreadPool::new(threads),
+        current: Current::load(threads),
+    };
+    let isa = keepalloc_kernels::selected_isa().map_or_else(|e| e.to_string(), |i| i.to_string());
+    println!(
+        "keepalloc-kernels bench: {threads} threads, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
+    );
+    let mut rows = Vec::new();
+    let mut wrong = Vec::new();
+    for &(m, k, n) in shapes {
+        let d = Data::new(m, k, n);
+        let reference = d.reference();
+        let flops = 2.0 * (m * k * n) as f64;
+        let mut out = vec![f32::NAN; m * n];
+        let mut runners: Vec<(Peer, Result<Runner<'_>, String>)> = Peer::ALL
+            .iter()
+            .map(|&p| (p, runner(p, &d, &pools, threads)))
+            .collect();
+        let mut timings: Vec<Option<(Timing, usize)>> = runners
+            .iter_mut()
+            .map(|(_, r)| {
+                let run = r.as_mut().ok()?;
+                let (t, sample) = Timing::calibrate(run, &mut out);
+                let per_round =
+                    (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
+                Some((t, per_round))
+            })
+            .collect();
+        for _ in 0..ROUNDS {
+            for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+                if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
+                    // Let the previous library's spinning workers go to sleep first.
+                    std::thread::sleep(Duration::from_millis(2));
+                    t.sample(run, &mut out, flops, *per_round);
+                }
+            }
+        }
+        let mut cells = Vec::new();
+        for ((peer, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+            let cell = match (r, t) {
+                (Ok(run), Some((t, _))) => {
+                    out.fill(f32::NAN);
+                    run(&mut out);
+                    let correct = check(&d, &reference, &out, peer.adds_bias());
+                    if !correct {
+                        wrong.push(format!("{} on {m}x{k}x{n}", peer.name()));
+                    }
+                    (*peer, Ok(t.median()), correct)
+                }
+                (Err(why), _) => (*peer, Err(why.clone()), true),
+                (Ok(_), None) => unreachable!("every runner is calibrated"),
+            };
+            cells.push(cell);
+        }
+        drop(runners);
+        eprintln!("measured {m}x{k}x{n}");
+        rows.push(Row {
+            shape: (m, k, n),
+            cells,
+        });
+    }
+    print_table(&rows, threads);
+    for peer in Peer::ALL {
+        if let Some((_, Err(why), _)) = rows
+            .first()
+            .and_then(|r| r.cells.iter().find(|c| c.0 == peer))
+        {
+            println!("{}: {why}", peer.name());
+        }
+    }
+    if let Ok(c) = &pools.current {
+        println!("XNNPACK-2026: {}", c.path);
+    }
+    if let Some(path) = json {
+        if let Some(dir) = Path::new(path).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa)) {
+            eprintln!("could not write {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("JSON: {path}");
+    }
+    if wrong.is_empty() {
+        println!("all outputs match the f64 reference");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("WRONG RESULTS: {}", wrong.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+/// The ratios reported per shape: keepalloc (on its pool) over each peer, and over its own
+/// one-thread figure.
+fn ratios(row: &Row) -> Vec<(&'static str, Option<f64>)> {
+    let ours = row.of(Peer::Keepalloc);
+    let r = |p: Peer| match (ours, row.of(p)) {
+        (Some(a), Some(b)) => Some(a / b),
+        _ => None,
+    };
+    vec![
+        ("vs_1t", r(Peer::KeepallocOne)),
+        ("vs_XNNPACK", r(Peer::Xnnpack)),
+        ("vs_XNNPACK-2026", r(Peer::XnnpackCurrent)),
+        ("vs_OpenBLAS", r(Peer::OpenBlas)),
+    ]
+}
+
+fn print_table(rows: &[Row], threads: usize) {
+    let mut h = format!("{:<16}", "shape (MxKxN)");
+    for p in Peer::ALL {
+        let _ = write!(h, "{:>23}", p.name());
+    }
+    for (name, _) in ratios(&rows[0]) {
+        let _ = write!(h, "{:>17}", name);
+    }
+    println!("{h}");
+    for row in rows {
+        let (m, k, n) = row.shape;
+        let mut line = format!("{:<16}", format!("{m}x{k}x{n}"));
+        for p in Peer::ALL {
+            let c = row.cells.iter().find(|c| c.0 == p).unwrap();
+            let s = match &c.1 {
+                Ok(g) => format!("{g:.1}{}", if c.2 { "" } else { "!" }),
+                Err(_) => "skipped".into(),
+            };
+            let _ = write!(line, "{s:>23}");
+        }
+        for (_, r) in ratios(row) {
+            let _ = write!(line, "{:>17}", r.map_or("-".into(), |r| format!("{r:.2}x")));
+        }
+        println!("{line}");
+    }
+    println!(
+        "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); vs_* = keepalloc / that column)"
+    );
+}
+
+fn to_json(rows: &[Row], threads: usize, isa: &str) -> String {
+    let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut s = format!(
+        "{{\n  \"threads\": {threads},\n  \"keepalloc_isa\": \"{isa}\",\n  \"loadavg\": \"{}\",\n  \"shapes\": [",
+        uptime.trim()
+    );
+    for (i, row) in rows.iter().enumerate() {
+        let (m, k, n) = row.shape;
+        let _ = write!(
+            s,
+            "{}\n    {{\"m\": {m}, \"k\": {k}, \"n\": {n}, \"results\": {{",
+            if i == 0 { "" } else { "," }
+        );
+        for (j, (p, g, ok)) in row.cells.iter().enumerate() {
+            let sep = if j == 0 { "" } else { ", " };
+            match g {
+                Ok(g) => {
+                    let _ = write!(
+                        s,
+                        "{sep}\"{}\": {{\"gflops\": {g:.3}, \"correct\": {ok}}}",
+                        p.name()
+                    );
+                }
+                Err(why) => {
+                    let _ = write!(
+                        s,
+                        "{sep}\"{}\": {{\"skipped\": \"{}\"}}",
+                        p.name(),
+                        why.replace('"', "'")
+                    );
+                }
+            }
+        }
+        s.push_str("}, \"ratios\": {");
+        for (j, (name, r)) in ratios(row).into_iter().enumerate() {
+            let sep = if j == 0 { "" } else { ", " };
+            match r {
+                Some(r) => {
+                    let _ = write!(s, "{sep}\"{name}\": {r:.4}");
+                }
+                None => {
+                    let _ = write!(s, "{sep}\"{name}\": null");
+                }
+            }
+        }
+        s.push_str("}}");
+    }
+    s.push_str("\n  ]\n}\n");
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// Debian's pthreadpool, and the `Parallel` adapter over it.
+
+#[cfg(have_pthreadpool)]
+unsafe extern "C" {
+    fn pthreadpool_create(threads: usize) -> *mut c_void;
+    fn pthreadpool_destroy(pool: *mut c_void);
+    fn pthreadpool_parallelize_1d(
+        pool: *mut c_void,
+        function: extern "C" fn(*mut c_void, usize),
+        context: *mut c_void,
+        range: usize,
+        flags: u32,
+    );
+}
+
+/// A Debian pthreadpool of T threads (the caller included), destroyed on drop.
+///
+/// As a [`Parallel`] it runs each task through `pthreadpool_parallelize_1d`; a task that
+/// panics cannot unwind through C, so the process aborts with a message (the trait allows
+/// abort).
+pub struct PthreadPool(*mut c_void, usize);
+
+// SAFETY: pthreadpool is thread-safe; it serializes concurrent parallelize calls on one pool.
+unsafe impl Sync for PthreadPool {}
+// SAFETY: as above; the handle may be destroyed from any thread.
+unsafe impl Send for PthreadPool {}
+
+#[cfg(have_pthreadpool)]
+impl PthreadPool {
+    fn new(threads: usize) -> Result<PthreadPool, String> {
+        // SAFETY: a plain constructor; NULL on failure.
+        let p = unsafe { pthreadpool_create(threads) };
+        if p.is_null() {
+            Err(format!("pthreadpool_create({threads}) failed"))
+        } else {
+            Ok(PthreadPool(p, threads))
+        }
+    }
+}
+
+#[cfg(not(have_pthreadpool))]
+impl PthreadPool {
+    fn new(_: usize) -> Result<PthreadPool, String> {
+        Err("skipped (libpthreadpool-dev not installed)".into())
+    }
+}
+
+impl Drop for PthreadPool {
+    fn drop(&mut self) {
+        #[cfg(have_pthreadpool)]
+        {
+            // SAFETY: a pool from pthreadpool_create, destroyed once, no call in flight.
+            unsafe { pthreadpool_destroy(self.0) };
+        }
+    }
+}
+
+/// `pthreadpool_parallelize_1d`'s callback: `ctx` is a `&&(dyn Fn(usize) + Sync)`.
+#[cfg(have_pthreadpool)]
+extern "C" fn call_task(ctx: *mut c_void, i: usize) {
+    // SAFETY: `run` passes a pointer to the task reference, alive for the whole call.
+    let task = unsafe { &*ctx.cast::<&(dyn Fn(usize) + Sync)>() };
+    if catch_unwind(AssertUnwindSafe(|| task(i))).is_err() {
+        eprintln!("a task panicked on a pthreadpool thread; a panic cannot cross C: aborting");
+        std::process::abort();
+    }
+}
+
+impl Parallel for PthreadPool {
+    fn threads(&self) -> usize {
+        self.1
+    }
+
+    #[cfg(have_pthreadpool)]
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        let ctx: *const &(dyn Fn(usize) + Sync) = &task;
+        // SAFETY: a live pool; `ctx` outlives the call, which returns after every item ran.
+        unsafe { pthreadpool_parallelize_1d(self.0, call_task, ctx.cast_mut().cast(), tasks, 0) };
+    }
+
+    #[cfg(not(have_pthreadpool))]
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks).for_each(task);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Debian's 2022 XNNPACK on a pthreadpool.
+
+#[cfg(all(have_xnnpack, have_pthreadpool))]
+mod debian {
+    use core::ffi::c_void;
+    use core::ptr;
+
+    use crate::peers::{Data, Runner};
+
+    // The 2022-02-16 signatures from /usr/include/xnnpack.h (as in `peers`).
+    unsafe extern "C" {
+        fn xnn_initialize(allocator: *const c_void) -> u32;
+        fn xnn_create_fully_connected_nc_f32(
+            input_channels: usize,
+            output_channels: usize,
+            input_stride: usize,
+            output_stride: usize,
+            kernel: *const f32,
+            bias: *const f32,
+            output_min: f32,
+            output_max: f32,
+            flags: u32,
+            op_out: *mut *mut c_void,
+        ) -> u32;
+        fn xnn_setup_fully_connected_nc_f32(
+            op: *mut c_void,
+            batch_size: usize,
+            input: *const f32,
+            output: *mut f32,
+            threadpool: *mut c_void,
+        ) -> u32;
+        fn xnn_run_operator(op: *mut c_void, threadpool: *mut c_void) -> u32;
+        fn xnn_delete_operator(op: *mut c_void) -> u32;
+    }
+
+    struct Op(*mut c_void);
+
+    impl Drop for Op {
+        fn drop(&mut self) {
+            // SAFETY: a live operator, deleted once.
+            unsafe { xnn_delete_operator(self.0) };
+        }
+    }
+
+    pub fn runner(d: &Data, pool: *mut c_void) -> Result<Runner<'_>, String> {
+        // SAFETY: NULL selects XNNPACK's default allocator; repeated calls are allowed.
+        if unsafe { xnn_initialize(ptr::null()) } != 0 {
+            return Err("xnn_initialize failed".into());
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: weights n × k, bias n floats, both copied (packed).
+        let status = unsafe {
+            xnn_create_fully_connected_nc_f32(
+                d.k,
+                d.n,
+                d.k,
+                d.n,
+                d.w.as_ptr(),
+                d.bias.as_ptr(),
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                0,
+                &mut raw,
+            )
+        };
+        if status != 0 {
+            return Err(format!(
+                "xnn_create_fully_connected_nc_f32: status {status}"
+            ));
+        }
+        let op = Op(raw);
+        let mut bound: *mut f32 = ptr::null_mut();
+        Ok(Box::new(move |out: &mut [f32]| {
+            let op = &op;
+            if bound != out.as_mut_ptr() {
+                bound = out.as_mut_ptr();
+                // SAFETY: x holds m rows plus XNN_EXTRA_BYTES, out m × n; both outlive the runs.
+                let s = unsafe {
+                    xnn_setup_fully_connected_nc_f32(op.0, d.m, d.x.as_ptr(), bound, pool)
+                };
+                assert_eq!(s, 0, "xnn_setup_fully_connected_nc_f32");
+            }
+            // SAFETY: set up on this output buffer, with this pool.
+            let s = unsafe { xnn_run_operator(op.0, pool) };
+            assert_eq!(s, 0, "xnn_run_operator");
+        }))
+    }
+}
+
+#[cfg(not(all(have_xnnpack, have_pthreadpool)))]
+mod debian {
+    use core::ffi::c_void;
+
+    use crate::peers::{Data, Runner};
+
+    pub fn runner(_: &Data, _: *mut c_void) -> Result<Runner<'_>, String> {
+        Err("skipped (libxnnpack-dev or libpthreadpool-dev not installed)".into())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Current XNNPACK (the executorch wheel's) with its own pthreadpool, in its own namespace.
+
+unsafe extern "C" {
+    fn dlmopen(lmid: c_long, filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn dlerror() -> *const c_char;
+}
+
+type CreateF32 = unsafe extern "C" fn(
+    usize,
+    usize,
+    usize,
+    usize,
+    *const f32,
+    *const f32,
+    f32,
+    f32,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+type ReshapeF32 = unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> c_int;
+type SetupF32 = unsafe extern "C" fn(*mut c_void, *const f32, *mut f32) -> c_int;
+type RunOp = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type DeleteOp = unsafe extern "C" fn(*mut c_void) -> c_int;
+type Initialize = unsafe extern "C" fn(*const c_void) -> c_int;
+type PoolCreate = unsafe extern "C" fn(usize) -> *mut c_void;
+
+/// The wheel's f32 fully-connected entry points and a T-thread pthreadpool of its own
+/// (never unloaded or destroyed: the process ends first).
+struct Current {
+    path: String,
+    pool: *mut c_void,
+    create: CreateF32,
+    reshape: ReshapeF32,
+    setup: SetupF32,
+    run: RunOp,
+    delete: DeleteOp,
+}
+
+// SAFETY: the entry points and the pthreadpool are thread-safe; only the bench thread calls them.
+unsafe impl Sync for Current {}
+
+/// Looks `name` up in `handle` (and its dependencies) as a function of type `F`.
+///
+/// # Safety
+/// `handle` is a live dlopen handle and `name` has exactly the C signature `F`.
+unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, String> {
+    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
+    let p = unsafe { dlsym(handle, name.as_ptr()) };
+    if p.is_null() {
+        return Err(format!("{} not exported", name.to_string_lossy()));
+    }
+    // SAFETY: a non-NULL address of the function `name`, whose signature is `F` (caller).
+    Ok(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+impl Current {
+    fn load(threads: usize) -> Result<&'static Current, String> {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let path = crate::xnn_current::find_library(&workspace)
+            .ok_or("skipped (current XNNPACK not found: run `cargo xtask runtimes`)".to_string())?;
+        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: a NUL-terminated path; loading runs the library's constructors.
+        let handle = unsafe { dlmopen(-1, name.as_ptr(), 2) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns NULL or a NUL-terminated message.
+            let why = unsafe {
+                let e = dlerror();
+                if e.is_null() {
+                    "unknown error".into()
+                } else {
+                    CStr::from_ptr(e).to_string_lossy().into_owned()
+                }
+            };
+            return Err(format!("cannot load {}: {why}", path.display()));
+        }
+        // Current xnnpack.h (2026): create(k, n, in_stride, out_stride, kernel, bias, min,
+        // max, flags, weights_cache, op_out); reshape(op, batch, pthreadpool);
+        // setup(op, input, output); pthreadpool.h: pthreadpool_create(size_t).
+        // SAFETY: each symbol has the signature it is stored as (the headers above).
+        unsafe {
+            let init: Initialize = symbol(handle, c"xnn_initialize")?;
+            if init(core::ptr::null()) != 0 {
+                return Err("xnn_initialize failed".into());
+            }
+            let create_pool: PoolCreate = symbol(handle, c"pthreadpool_create")?;
+            let pool = create_pool(threads);
+            if pool.is_null() {
+                return Err("the wheel's pthreadpool_create failed".into());
+            }
+            Ok(Box::leak(Box::new(Current {
+                path: path.display().to_string(),
+                pool,
+                create: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
+                reshape: symbol(handle, c"xnn_reshape_fully_connected_nc_f32")?,
+                setup: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
+                run: symbol(handle, c"xnn_run_operator")?,
+                delete: symbol(handle, c"xnn_delete_operator")?,
+            })))
+        }
+    }
+
+    fn runner<'a>(&'static self, d: &'a Data) -> Result<Runner<'a>, String> {
+        struct Op(&'static Current, *mut c_void);
+        impl Drop for Op {
+            fn drop(&mut self) {
+                // SAFETY: a live operator, deleted once.
+                unsafe { (self.0.delete)(self.1) };
+            }
+        }
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: weights n × k and bias n floats (copied); no weights cache.
+        let status = unsafe {
+            (self.create)(
+                d.k,
+                d.n,
+                d.k,
+                d.n,
+                d.w.as_ptr(),
+                d.bias.as_ptr(),
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                0,
+                core::ptr::null_mut(),
+                &mut raw,
+            )
+        };
+        if status != 0 {
+            return Err(format!(
+                "xnn_create_fully_connected_nc_f32: status {status}"
+            ));
+        }
+        let op = Op(self, raw);
+        // SAFETY: a live operator and pool.
+        let status = unsafe { (self.reshape)(op.1, d.m, self.pool) };
+        if status != 0 {
+            return Err(format!(
+                "xnn_reshape_fully_connected_nc_f32: status {status}"
+            ));
+        }
+        let mut bound: *mut f32 = core::ptr::null_mut();
+        Ok(Box::new(move |out: &mut [f32]| {
+            let op = &op;
+            if bound != out.as_mut_ptr() {
+                bound = out.as_mut_ptr();
+                // SAFETY: x holds m rows plus XNN_EXTRA_BYTES, out m × n; both outlive the runs.
+                let s = unsafe { (op.0.setup)(op.1, d.x.as_ptr(), bound) };
+                assert_eq!(s, 0, "xnn_setup_fully_connected_nc_f32");
+            }
+            // SAFETY: reshaped with this pool and set up on this output buffer.
+            let s = unsafe { (op.0.run)(op.1, op.0.pool) };
+            assert_eq!(s, 0, "xnn_run_operator");
+        }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// OpenBLAS with T threads.
+
+#[cfg(have_openblas)]
+fn openblas_runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
+    const ROW_MAJOR: c_int = 101;
+    const NO_TRANS: c_int = 111;
+    unsafe extern "C" {
+        fn openblas_set_num_threads(threads: c_int);
+        #[allow(clippy::too_many_arguments)]
+        fn cblas_sgemm(
+            order: c_int,
+            trans_a: c_int,
+            trans_b: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: f32,
+            a: *const f32,
+            lda: c_int,
+            b: *const f32,
+            ldb: c_int,
+            beta: f32,
+            c: *mut f32,
+            ldc: c_int,
+        );
+        #[allow(clippy::too_many_arguments)]
+        fn cblas_sgemv(
+            order: c_int,
+            trans: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: f32,
+            a: *const f32,
+            lda: c_int,
+            x: *const f32,
+            incx: c_int,
+            beta: f32,
+            y: *mut f32,
+            incy: c_int,
+        );
+    }
+    let dim =
+        |v: usize| c_int::try_from(v).map_err(|_| "dimension too large for cblas".to_string());
+    let (m, k, n, t) = (dim(d.m)?, dim(d.k)?, dim(d.n)?, dim(threads)?);
+    // SAFETY: a plain setter (nothing else in this run changes it).
+    unsafe { openblas_set_num_threads(t) };
+    Ok(Box::new(move |out: &mut [f32]| {
+        if m == 1 {
+            // SAFETY: W is n × k row-major, x has k floats, out has n.
+            unsafe {
+                cblas_sgemv(
+                    ROW_MAJOR,
+                    NO_TRANS,
+                    n,
+                    k,
+                    1.0,
+                    d.w.as_ptr(),
+                    k,
+                    d.x.as_ptr(),
+                    1,
+                    0.0,
+                    out.as_mut_ptr(),
+                    1,
+                )
+            }
+        } else {
+            // SAFETY: x is m × k, wt is k × n, out is m × n, all row-major.
+            unsafe {
+                cblas_sgemm(
+                    ROW_MAJOR,
+                    NO_TRANS,
+                    NO_TRANS,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    d.x.as_ptr(),
+                    k,
+                    d.wt.as_ptr(),
+                    n,
+                    0.0,
+                    out.as_mut_ptr(),
+                    n,
+                )
+            }
+        }
+    }))
+}
+
+#[cfg(not(have_openblas))]
+fn openblas_runner(_: &Data, _: usize) -> Result<Runner<'_>, String> {
+    Err("skipped (libopenblas-dev not installed)".into())
+}
