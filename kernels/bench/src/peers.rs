@@ -140,7 +140,7 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
                 op.run(&d.x, out).expect("current XNNPACK run")
             }))
         }
-        Lib::OpenBlas => openblas::runner(d),
+        Lib::OpenBlas => openblas::runner(d, 1),
         Lib::MatrixMultiply => Ok(Box::new(move |out| {
             // SAFETY: x is m × k (row stride k), wt is k × n (row stride n), out is m × n.
             unsafe {
@@ -302,7 +302,7 @@ mod xnnpack {
 }
 
 #[cfg(have_openblas)]
-mod openblas {
+pub(crate) mod openblas {
     use core::ffi::c_int;
 
     use super::{Data, Runner};
@@ -346,12 +346,14 @@ mod openblas {
         );
     }
 
-    pub fn runner(d: &Data) -> Result<Runner<'_>, String> {
+    /// OpenBLAS on `threads` threads (`openblas_set_num_threads`): `cblas_sgemv` for batch 1,
+    /// `cblas_sgemm` otherwise. The single-thread bench and `--threads T` share it.
+    pub fn runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
         let dim =
             |v: usize| c_int::try_from(v).map_err(|_| "dimension too large for cblas".to_string());
-        let (m, k, n) = (dim(d.m)?, dim(d.k)?, dim(d.n)?);
-        // SAFETY: a plain setter.
-        unsafe { openblas_set_num_threads(1) };
+        let (m, k, n, t) = (dim(d.m)?, dim(d.k)?, dim(d.n)?, dim(threads)?);
+        // SAFETY: a plain setter (nothing else in a run changes it).
+        unsafe { openblas_set_num_threads(t) };
         if d.m == 1 {
             // y[N] = W[N][K] · x: row-major, no transpose (dot products of W's rows).
             return Ok(Box::new(move |out: &mut [f32]| {
@@ -399,10 +401,10 @@ mod openblas {
 }
 
 #[cfg(not(have_openblas))]
-mod openblas {
+pub(crate) mod openblas {
     use super::{Data, Runner};
 
-    pub fn runner(_: &Data) -> Result<Runner<'_>, String> {
+    pub fn runner(_: &Data, _: usize) -> Result<Runner<'_>, String> {
         Err("skipped (libopenblas-dev not installed)".into())
     }
 }
