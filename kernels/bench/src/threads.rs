@@ -16,8 +16,7 @@
 //!   `pthreadpool_create(T)` (the wheel's pthreadpool, found from the same handle);
 //! * `OpenBLAS`: `cblas_sgemm` (`sgemv` for batch 1) after `openblas_set_num_threads(T)`.
 
-use core::ffi::{CStr, c_char, c_int, c_long, c_void};
-use std::ffi::CString;
+use core::ffi::c_void;
 use std::fmt::Write as _;
 #[cfg(have_pthreadpool)]
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -229,7 +228,7 @@ pub fn run(
         }
     }
     if let Ok(c) = &pools.current {
-        println!("XNNPACK-2026: {}", c.path);
+        println!("XNNPACK-2026: {}", c.xnn.path.display());
     }
     if let Some(path) = json {
         if let Some(dir) = Path::new(path).parent() {
@@ -536,160 +535,34 @@ mod debian {
 }
 
 // ---------------------------------------------------------------------------------------
-// Current XNNPACK (the executorch wheel's) with its own pthreadpool, in its own namespace.
+// Current XNNPACK (the executorch wheel's, in its own namespace: `xnn_current`) on a
+// T-thread pthreadpool of its own.
 
-unsafe extern "C" {
-    fn dlmopen(lmid: c_long, filename: *const c_char, flags: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    fn dlerror() -> *const c_char;
-}
-
-type CreateF32 = unsafe extern "C" fn(
-    usize,
-    usize,
-    usize,
-    usize,
-    *const f32,
-    *const f32,
-    f32,
-    f32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
-type ReshapeF32 = unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> c_int;
-type SetupF32 = unsafe extern "C" fn(*mut c_void, *const f32, *mut f32) -> c_int;
-type RunOp = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
-type DeleteOp = unsafe extern "C" fn(*mut c_void) -> c_int;
-type Initialize = unsafe extern "C" fn(*const c_void) -> c_int;
-type PoolCreate = unsafe extern "C" fn(usize) -> *mut c_void;
-
-/// The wheel's f32 fully-connected entry points and a T-thread pthreadpool of its own
-/// (never unloaded or destroyed: the process ends first).
 struct Current {
-    path: String,
+    xnn: &'static crate::xnn_current::Xnn,
+    /// The library's own pthreadpool (never destroyed: the process ends first).
     pool: *mut c_void,
-    create: CreateF32,
-    reshape: ReshapeF32,
-    setup: SetupF32,
-    run: RunOp,
-    delete: DeleteOp,
-}
-
-// SAFETY: the entry points and the pthreadpool are thread-safe; only the bench thread calls them.
-unsafe impl Sync for Current {}
-
-/// Looks `name` up in `handle` (and its dependencies) as a function of type `F`.
-///
-/// # Safety
-/// `handle` is a live dlopen handle and `name` has exactly the C signature `F`.
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, String> {
-    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
-    let p = unsafe { dlsym(handle, name.as_ptr()) };
-    if p.is_null() {
-        return Err(format!("{} not exported", name.to_string_lossy()));
-    }
-    // SAFETY: a non-NULL address of the function `name`, whose signature is `F` (caller).
-    Ok(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
 impl Current {
     fn load(threads: usize) -> Result<&'static Current, String> {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let path = crate::xnn_current::find_library(&workspace)
-            .ok_or("skipped (current XNNPACK not found: run `cargo xtask runtimes`)".to_string())?;
-        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: a NUL-terminated path; loading runs the library's constructors.
-        let handle = unsafe { dlmopen(-1, name.as_ptr(), 2) };
-        if handle.is_null() {
-            // SAFETY: dlerror returns NULL or a NUL-terminated message.
-            let why = unsafe {
-                let e = dlerror();
-                if e.is_null() {
-                    "unknown error".into()
-                } else {
-                    CStr::from_ptr(e).to_string_lossy().into_owned()
-                }
-            };
-            return Err(format!("cannot load {}: {why}", path.display()));
-        }
-        // Current xnnpack.h (2026): create(k, n, in_stride, out_stride, kernel, bias, min,
-        // max, flags, weights_cache, op_out); reshape(op, batch, pthreadpool);
-        // setup(op, input, output); pthreadpool.h: pthreadpool_create(size_t).
-        // SAFETY: each symbol has the signature it is stored as (the headers above).
-        unsafe {
-            let init: Initialize = symbol(handle, c"xnn_initialize")?;
-            if init(core::ptr::null()) != 0 {
-                return Err("xnn_initialize failed".into());
-            }
-            let create_pool: PoolCreate = symbol(handle, c"pthreadpool_create")?;
-            let pool = create_pool(threads);
-            if pool.is_null() {
-                return Err("the wheel's pthreadpool_create failed".into());
-            }
-            Ok(Box::leak(Box::new(Current {
-                path: path.display().to_string(),
-                pool,
-                create: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
-                reshape: symbol(handle, c"xnn_reshape_fully_connected_nc_f32")?,
-                setup: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
-                run: symbol(handle, c"xnn_run_operator")?,
-                delete: symbol(handle, c"xnn_delete_operator")?,
-            })))
-        }
+        let xnn = crate::xnn_current::current(&workspace).map_err(|e| format!("skipped ({e})"))?;
+        Ok(Box::leak(Box::new(Current {
+            xnn,
+            pool: xnn.threadpool(threads)?,
+        })))
     }
 
-    fn runner<'a>(&'static self, d: &'a Data) -> Result<Runner<'a>, String> {
-        struct Op(&'static Current, *mut c_void);
-        impl Drop for Op {
-            fn drop(&mut self) {
-                // SAFETY: a live operator, deleted once.
-                unsafe { (self.0.delete)(self.1) };
-            }
-        }
-        let mut raw = core::ptr::null_mut();
-        // SAFETY: weights n × k and bias n floats (copied); no weights cache.
-        let status = unsafe {
-            (self.create)(
-                d.k,
-                d.n,
-                d.k,
-                d.n,
-                d.w.as_ptr(),
-                d.bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                core::ptr::null_mut(),
-                &mut raw,
-            )
+    fn runner<'a>(&self, d: &'a Data) -> Result<Runner<'a>, String> {
+        let g = crate::xnn_current::Geometry {
+            k: d.k,
+            n: d.n,
+            m: d.m,
         };
-        if status != 0 {
-            return Err(format!(
-                "xnn_create_fully_connected_nc_f32: status {status}"
-            ));
-        }
-        let op = Op(self, raw);
-        // SAFETY: a live operator and pool.
-        let status = unsafe { (self.reshape)(op.1, d.m, self.pool) };
-        if status != 0 {
-            return Err(format!(
-                "xnn_reshape_fully_connected_nc_f32: status {status}"
-            ));
-        }
-        let mut bound: *mut f32 = core::ptr::null_mut();
+        let mut fc = crate::xnn_current::F32Fc::with_pool(self.xnn, g, &d.w, &d.bias, self.pool)?;
         Ok(Box::new(move |out: &mut [f32]| {
-            let op = &op;
-            if bound != out.as_mut_ptr() {
-                bound = out.as_mut_ptr();
-                // SAFETY: x holds m rows plus XNN_EXTRA_BYTES, out m × n; both outlive the runs.
-                let s = unsafe { (op.0.setup)(op.1, d.x.as_ptr(), bound) };
-                assert_eq!(s, 0, "xnn_setup_fully_connected_nc_f32");
-            }
-            // SAFETY: reshaped with this pool and set up on this output buffer.
-            let s = unsafe { (op.0.run)(op.1, op.0.pool) };
-            assert_eq!(s, 0, "xnn_run_operator");
+            fc.run(&d.x, out).expect("current XNNPACK f32 run")
         }))
     }
 }

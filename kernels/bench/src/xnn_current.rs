@@ -194,6 +194,8 @@ const VALUE_FLAG_EXTERNAL_INPUT: u32 = 1;
 const VALUE_FLAG_EXTERNAL_OUTPUT: u32 = 2;
 const INVALID_VALUE_ID: u32 = u32::MAX;
 type DeleteOp = unsafe extern "C" fn(Op) -> c_int;
+/// pthreadpool.h: `pthreadpool_t pthreadpool_create(size_t threads_count)`.
+type PoolCreate = unsafe extern "C" fn(usize) -> *mut c_void;
 
 /// The loaded library's entry points (never unloaded).
 pub struct Xnn {
@@ -227,6 +229,8 @@ pub struct Xnn {
     invoke_runtime: RuntimeFn,
     delete_runtime: RuntimeFn,
     delete_subgraph: RuntimeFn,
+    /// The pthreadpool linked into the same library (its operators take its pools).
+    pool_create: PoolCreate,
 }
 
 /// Where `cargo xtask runtimes` put the executorch XNNPACK backend, from
@@ -358,6 +362,7 @@ impl Xnn {
                 invoke_runtime: symbol(handle, c"xnn_invoke_runtime")?,
                 delete_runtime: symbol(handle, c"xnn_delete_runtime")?,
                 delete_subgraph: symbol(handle, c"xnn_delete_subgraph")?,
+                pool_create: symbol(handle, c"pthreadpool_create")?,
             })))
         }
     }
@@ -378,10 +383,27 @@ impl Drop for Operator {
 
 impl Operator {
     fn run(&self) -> Result<(), String> {
-        // SAFETY: the operator was reshaped and set up on buffers that are still alive (every caller below sets up right before running).
-        check("xnn_run_operator", unsafe {
-            (self.xnn.run)(self.op, core::ptr::null_mut())
-        })
+        self.run_on(core::ptr::null_mut())
+    }
+
+    /// Runs on `pool` (NULL: the calling thread), the pool the operator was reshaped with.
+    fn run_on(&self, pool: *mut c_void) -> Result<(), String> {
+        // SAFETY: the operator was reshaped (with `pool`) and set up on buffers that are still alive (every caller sets up right before running); `pool` is NULL or a live pthreadpool of this library.
+        check("xnn_run_operator", unsafe { (self.xnn.run)(self.op, pool) })
+    }
+}
+
+impl Xnn {
+    /// A `threads`-thread pthreadpool of this library (`pthreadpool_create`), never
+    /// destroyed (the process ends first).
+    pub fn threadpool(&self, threads: usize) -> Result<*mut c_void, String> {
+        // SAFETY: pthreadpool_create takes any count and returns NULL on failure.
+        let pool = unsafe { (self.pool_create)(threads) };
+        if pool.is_null() {
+            Err("pthreadpool_create failed".into())
+        } else {
+            Ok(pool)
+        }
     }
 }
 
@@ -398,6 +420,8 @@ pub struct Geometry {
 pub struct F32Fc {
     op: Operator,
     g: Geometry,
+    /// The pthreadpool it was reshaped with and runs on (NULL: one thread).
+    pool: *mut c_void,
     /// The (input, output) the operator was last set up on: setup runs only when they
     /// change, as the Debian XNNPACK runner does.
     bound: (*const f32, *mut f32),
@@ -406,6 +430,17 @@ pub struct F32Fc {
 impl F32Fc {
     /// Packs `w` (n × k, `[output][input]`) and `bias` (n) with no clamp.
     pub fn new(xnn: &'static Xnn, g: Geometry, w: &[f32], bias: &[f32]) -> Result<F32Fc, String> {
+        F32Fc::with_pool(xnn, g, w, bias, core::ptr::null_mut())
+    }
+
+    /// [`F32Fc::new`] on `pool` (from [`Xnn::threadpool`], or NULL for one thread).
+    pub fn with_pool(
+        xnn: &'static Xnn,
+        g: Geometry,
+        w: &[f32],
+        bias: &[f32],
+        pool: *mut c_void,
+    ) -> Result<F32Fc, String> {
         assert!(w.len() >= g.k * g.n && bias.len() >= g.n);
         let mut op = core::ptr::null_mut();
         // SAFETY: w is n × k floats and bias n floats (copied into packed weights); no weights cache; a valid out-pointer.
@@ -425,13 +460,14 @@ impl F32Fc {
             )
         })?;
         let op = Operator { xnn, op };
-        // SAFETY: a live operator; no thread pool.
+        // SAFETY: a live operator; `pool` is NULL or a live pthreadpool of this library.
         check("reshape f32", unsafe {
-            (xnn.reshape_f32)(op.op, g.m, core::ptr::null_mut())
+            (xnn.reshape_f32)(op.op, g.m, pool)
         })?;
         Ok(F32Fc {
             op,
             g,
+            pool,
             bound: (core::ptr::null(), core::ptr::null_mut()),
         })
     }
@@ -447,7 +483,7 @@ impl F32Fc {
             })?;
             self.bound = (x.as_ptr(), y.as_mut_ptr());
         }
-        self.op.run()
+        self.op.run_on(self.pool)
     }
 }
 
