@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <keepalloc.h>
 
@@ -49,13 +50,17 @@ int main(void) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
     return 2;
   }
-  const struct OrtApiBase* (*get_api_base)(void) =
-      (const struct OrtApiBase* (*)(void))dlsym(ort, "OrtGetApiBase");
-  CHECK(get_api_base != NULL);
+  /* ISO C has no cast between object and function pointers: copy the bits (POSIX guarantees
+   * that dlsym's result for a function has them). */
+  const struct OrtApiBase* (*get_api_base)(void) = NULL;
+  void* symbol = dlsym(ort, "OrtGetApiBase");
+  CHECK(symbol != NULL);
+  memcpy(&get_api_base, &symbol, sizeof get_api_base);
   const struct OrtApiBase* base = get_api_base();
   const void* const* api = (const void* const*)base->GetApi(KEEPALLOC_ORT_API_VERSION);
   CHECK(api != NULL);
-  create_env_fn create_env = (create_env_fn)api[ORT_SLOT_CREATE_ENV];
+  create_env_fn create_env = NULL;
+  memcpy(&create_env, &api[ORT_SLOT_CREATE_ENV], sizeof create_env);
   struct OrtEnv* env = NULL;
   CHECK(create_env(ORT_LOGGING_LEVEL_ERROR, "keepalloc-c", &env) == NULL && env != NULL);
 
