@@ -227,8 +227,12 @@ typedef struct keepalloc_stats {
 } keepalloc_stats;
 
 /* Fills *out with the counters: owners constructed (0 or 1), the default library's hook
- * calls and successes, and the owner's allocations through the table (bytes include
- * keepalloc's block header). Does nothing when out is NULL. Never blocks. */
+ * calls and successes, and the owner's allocations through the table. Bytes are the
+ * backend's usable sizes on a headerless backend (glibc malloc, mimalloc: the default
+ * builds) and include keepalloc's block header on the others. live_bytes is exact once the
+ * threads that allocated are quiescent; peak_bytes is the sum of each thread's own high-water
+ * mark: exact when one thread allocates and frees, an upper bound when threads free blocks
+ * that other threads allocated. Does nothing when out is NULL. Never blocks. */
 void keepalloc_get_stats(keepalloc_stats* out);
 
 /* KEEPALLOC_VERSION of the library that is linked (compare with the header's). */

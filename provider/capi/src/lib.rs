@@ -118,7 +118,8 @@ pub struct KeepallocStats {
     pub deallocations: u64,
     /// Bytes live in the owner.
     pub live_bytes: u64,
-    /// Most bytes ever live in the owner.
+    /// Most bytes ever live in the owner: exact for one thread, an upper bound when threads
+    /// free what others allocated (the sum of the per-thread high-water marks).
     pub peak_bytes: u64,
 }
 
