@@ -153,8 +153,7 @@ mod glibc {
             // glibc has no aligned realloc: allocate, copy what both blocks hold, free.
             let fresh = self.alloc_aligned(size, align);
             if !fresh.is_null() {
-                // SAFETY: `ptr` is live with `malloc_usable_size(ptr)` bytes, `fresh` holds
-                // `size`; the two are distinct blocks.
+                // SAFETY: `ptr` is live with `malloc_usable_size(ptr)` bytes, `fresh` holds `size`; the two are distinct blocks.
                 unsafe {
                     let keep = malloc_usable_size(ptr.cast()).min(size);
                     core::ptr::copy_nonoverlapping(ptr, fresh, keep);

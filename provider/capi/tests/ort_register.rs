@@ -48,9 +48,9 @@ fn stats() -> KeepallocStats {
 
 fn register(ort: usize, env: usize) -> (KeepallocStatus, KeepallocHookResult) {
     let mut hook = KeepallocHookResult::Threw;
+    let (ort, env) = (ort as *const OrtApiBase, env as *mut OrtEnv);
     // SAFETY: `ort` serves the real, loaded runtime's OrtApi (RegisterAllocator interposed); `env` is a live env that is never released.
-    let status =
-        unsafe { keepalloc_ort_register(ort as *const OrtApiBase, env as *mut OrtEnv, &mut hook) };
+    let status = unsafe { keepalloc_ort_register(ort, env, &mut hook) };
     (status, hook)
 }
 
@@ -58,9 +58,9 @@ fn register(ort: usize, env: usize) -> (KeepallocStatus, KeepallocHookResult) {
 fn register_from_c_retries_a_refused_registration_with_the_same_owner() {
     // Bad input first: nothing is built.
     let mut hook = KeepallocHookResult::Threw;
+    let (no_ort, no_env) = (core::ptr::null(), core::ptr::null_mut());
     // SAFETY: NULL arguments are refused before anything is read.
-    let status =
-        unsafe { keepalloc_ort_register(core::ptr::null(), core::ptr::null_mut(), &mut hook) };
+    let status = unsafe { keepalloc_ort_register(no_ort, no_env, &mut hook) };
     assert_eq!(
         (status, hook),
         (
@@ -69,7 +69,7 @@ fn register_from_c_retries_a_refused_registration_with_the_same_owner() {
         )
     );
     // SAFETY: as above (env NULL).
-    let status = unsafe { keepalloc_ort_register(&TOO_OLD, core::ptr::null_mut(), &mut hook) };
+    let status = unsafe { keepalloc_ort_register(&TOO_OLD, no_env, &mut hook) };
     assert_eq!(status, KeepallocStatus::InvalidArgument);
     let fake_env = 0x1000 as *mut OrtEnv; // never dereferenced: the runtime is refused first
     // SAFETY: TOO_OLD serves no OrtApi, so the env is never used.
