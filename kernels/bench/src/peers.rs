@@ -127,7 +127,7 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
                 op.run(m, &d.x, out).expect("keepalloc run")
             }))
         }
-        Lib::Xnnpack => xnnpack::runner(d),
+        Lib::Xnnpack => xnnpack::runner(d, core::ptr::null_mut()),
         Lib::XnnpackCurrent => {
             let xnn = crate::xnn_current::current(&crate::workspace_dir())?;
             let g = crate::xnn_current::Geometry {
@@ -192,7 +192,7 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
 }
 
 #[cfg(have_xnnpack)]
-mod xnnpack {
+pub(crate) mod xnnpack {
     use core::ffi::c_void;
     use core::ptr;
 
@@ -236,7 +236,9 @@ mod xnnpack {
         }
     }
 
-    pub fn runner(d: &Data) -> Result<Runner<'_>, String> {
+    /// Debian's 2022 XNNPACK on `pool` (a pthreadpool, or NULL for the calling thread). The
+    /// single-thread bench and `--threads T` share it.
+    pub fn runner(d: &Data, pool: *mut c_void) -> Result<Runner<'_>, String> {
         // SAFETY: NULL selects XNNPACK's default allocator; repeated calls are allowed.
         let status = unsafe { xnn_initialize(ptr::null()) };
         if status != SUCCESS {
@@ -273,30 +275,24 @@ mod xnnpack {
                 bound = out.as_mut_ptr();
                 // X holds m rows of k floats plus XNN_EXTRA_BYTES of slack; out holds
                 // m × n floats and stays alive while the operator runs on it.
-                // SAFETY: x and out hold what the operator reads and writes, and outlive the run.
+                // SAFETY: x and out hold what the operator reads and writes, and outlive the run; `pool` is NULL or a live pthreadpool.
                 let status = unsafe {
-                    xnn_setup_fully_connected_nc_f32(
-                        op.0,
-                        d.m,
-                        d.x.as_ptr(),
-                        bound,
-                        ptr::null_mut(),
-                    )
+                    xnn_setup_fully_connected_nc_f32(op.0, d.m, d.x.as_ptr(), bound, pool)
                 };
                 assert_eq!(status, SUCCESS, "xnn_setup_fully_connected_nc_f32");
             }
-            // SAFETY: the operator was set up on this output buffer.
-            let status = unsafe { xnn_run_operator(op.0, ptr::null_mut()) };
+            // SAFETY: the operator was set up on this output buffer, with this `pool`.
+            let status = unsafe { xnn_run_operator(op.0, pool) };
             assert_eq!(status, SUCCESS, "xnn_run_operator");
         }))
     }
 }
 
 #[cfg(not(have_xnnpack))]
-mod xnnpack {
+pub(crate) mod xnnpack {
     use super::{Data, Runner};
 
-    pub fn runner(_: &Data) -> Result<Runner<'_>, String> {
+    pub fn runner(_: &Data, _: *mut core::ffi::c_void) -> Result<Runner<'_>, String> {
         Err("skipped (libxnnpack-dev not installed)".into())
     }
 }

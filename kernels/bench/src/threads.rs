@@ -112,7 +112,8 @@ fn runner<'a>(
         }
         Peer::Xnnpack => {
             let pool = pools.pthreadpool.as_ref().map_err(Clone::clone)?;
-            debian::runner(d, pool.0)
+            // Debian's 2022 XNNPACK: the single-thread bench's runner, on the pthreadpool.
+            crate::peers::xnnpack::runner(d, pool.0)
         }
         Peer::XnnpackCurrent => {
             let current = pools.current.as_ref().map_err(Clone::clone)?;
@@ -430,107 +431,6 @@ impl Parallel for PthreadPool {
     #[cfg(not(have_pthreadpool))]
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
         (0..tasks).for_each(task);
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Debian's 2022 XNNPACK on a pthreadpool.
-
-#[cfg(all(have_xnnpack, have_pthreadpool))]
-mod debian {
-    use core::ffi::c_void;
-    use core::ptr;
-
-    use crate::peers::{Data, Runner};
-
-    // The 2022-02-16 signatures from /usr/include/xnnpack.h (as in `peers`).
-    unsafe extern "C" {
-        fn xnn_initialize(allocator: *const c_void) -> u32;
-        fn xnn_create_fully_connected_nc_f32(
-            input_channels: usize,
-            output_channels: usize,
-            input_stride: usize,
-            output_stride: usize,
-            kernel: *const f32,
-            bias: *const f32,
-            output_min: f32,
-            output_max: f32,
-            flags: u32,
-            op_out: *mut *mut c_void,
-        ) -> u32;
-        fn xnn_setup_fully_connected_nc_f32(
-            op: *mut c_void,
-            batch_size: usize,
-            input: *const f32,
-            output: *mut f32,
-            threadpool: *mut c_void,
-        ) -> u32;
-        fn xnn_run_operator(op: *mut c_void, threadpool: *mut c_void) -> u32;
-        fn xnn_delete_operator(op: *mut c_void) -> u32;
-    }
-
-    struct Op(*mut c_void);
-
-    impl Drop for Op {
-        fn drop(&mut self) {
-            // SAFETY: a live operator, deleted once.
-            unsafe { xnn_delete_operator(self.0) };
-        }
-    }
-
-    pub fn runner(d: &Data, pool: *mut c_void) -> Result<Runner<'_>, String> {
-        // SAFETY: NULL selects XNNPACK's default allocator; repeated calls are allowed.
-        if unsafe { xnn_initialize(ptr::null()) } != 0 {
-            return Err("xnn_initialize failed".into());
-        }
-        let mut raw = ptr::null_mut();
-        // SAFETY: weights n × k, bias n floats, both copied (packed).
-        let status = unsafe {
-            xnn_create_fully_connected_nc_f32(
-                d.k,
-                d.n,
-                d.k,
-                d.n,
-                d.w.as_ptr(),
-                d.bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                &mut raw,
-            )
-        };
-        if status != 0 {
-            return Err(format!(
-                "xnn_create_fully_connected_nc_f32: status {status}"
-            ));
-        }
-        let op = Op(raw);
-        let mut bound: *mut f32 = ptr::null_mut();
-        Ok(Box::new(move |out: &mut [f32]| {
-            let op = &op;
-            if bound != out.as_mut_ptr() {
-                bound = out.as_mut_ptr();
-                // SAFETY: x holds m rows plus XNN_EXTRA_BYTES, out m × n; both outlive the runs.
-                let s = unsafe {
-                    xnn_setup_fully_connected_nc_f32(op.0, d.m, d.x.as_ptr(), bound, pool)
-                };
-                assert_eq!(s, 0, "xnn_setup_fully_connected_nc_f32");
-            }
-            // SAFETY: set up on this output buffer, with this pool.
-            let s = unsafe { xnn_run_operator(op.0, pool) };
-            assert_eq!(s, 0, "xnn_run_operator");
-        }))
-    }
-}
-
-#[cfg(not(all(have_xnnpack, have_pthreadpool)))]
-mod debian {
-    use core::ffi::c_void;
-
-    use crate::peers::{Data, Runner};
-
-    pub fn runner(_: &Data, _: *mut c_void) -> Result<Runner<'_>, String> {
-        Err("skipped (libxnnpack-dev or libpthreadpool-dev not installed)".into())
     }
 }
 
