@@ -238,9 +238,32 @@ fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
     })
 }
 
+/// Runs this bench again with `OPENBLAS_CORETYPE` set when OpenBLAS picked kernels below
+/// this CPU's vector width (it reads the variable once, when it is loaded, so the process
+/// has to start again); returns only when nothing needs changing or the exec failed.
+fn fix_openblas_core() {
+    let Some(core) = peers::openblas::better_core() else {
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    let detected = peers::openblas::core_name();
+    eprintln!(
+        "OpenBLAS detected this CPU as {detected:?}; running again with OPENBLAS_CORETYPE={core}"
+    );
+    let err = std::process::Command::new("/proc/self/exe")
+        .args(std::env::args_os().skip(1))
+        .env("OPENBLAS_CORETYPE", core)
+        .exec();
+    eprintln!(
+        "could not run again with OPENBLAS_CORETYPE={core}: {err}; OpenBLAS stays {detected:?}"
+    );
+}
+
 fn main() -> ExitCode {
     // A bad option prints the usage and exits with 2, as before.
     let cli = Cli::parse();
+    fix_openblas_core();
+    println!("OpenBLAS kernels: {}", peers::openblas::core_name());
     if let Some(t) = cli.threads {
         let budget = Duration::from_millis(if cli.quick { 120 } else { 400 });
         let shapes = cli.shapes.clone().unwrap_or_else(|| SHAPES.to_vec());

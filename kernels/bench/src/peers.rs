@@ -307,6 +307,7 @@ pub(crate) mod openblas {
     const NO_TRANS: c_int = 111;
 
     unsafe extern "C" {
+        fn openblas_get_corename() -> *const core::ffi::c_char;
         fn openblas_set_num_threads(threads: c_int);
         #[allow(clippy::too_many_arguments)]
         fn cblas_sgemm(
@@ -340,6 +341,45 @@ pub(crate) mod openblas {
             y: *mut f32,
             incy: c_int,
         );
+    }
+
+    /// The kernel family OpenBLAS picked at load time (`openblas_get_corename`).
+    pub fn core_name() -> String {
+        // SAFETY: returns a static NUL-terminated string (or NULL).
+        let p = unsafe { openblas_get_corename() };
+        if p.is_null() {
+            return "unknown".into();
+        }
+        // SAFETY: non-NULL: a static C string.
+        unsafe { core::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The core type to ask OpenBLAS for when the one it detected is weaker than this CPU:
+    /// Debian's OpenBLAS 0.3.21 does not know recent Intel models (this machine's Xeon,
+    /// family 6 model 207, is taken for a "Prescott": SSE3 kernels, a tenth of the speed),
+    /// and a peer that runs the wrong kernels is no comparison. `None` when the detected
+    /// core already matches the CPU's vector width (or the user chose one).
+    pub fn better_core() -> Option<&'static str> {
+        if std::env::var_os("OPENBLAS_CORETYPE").is_some() {
+            return None;
+        }
+        let detected = core_name().to_ascii_lowercase();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            const AVX512: [&str; 3] = ["skylakex", "cooperlake", "sapphirerapids"];
+            const AVX2: [&str; 4] = ["haswell", "zen", "skylakex", "cooperlake"];
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq") {
+                return (!AVX512.iter().any(|c| detected.contains(c))).then_some("SkylakeX");
+            }
+            if has!("avx2") && has!("fma") {
+                return (!AVX2.iter().any(|c| detected.contains(c))).then_some("Haswell");
+            }
+        }
+        let _ = detected;
+        None
     }
 
     /// OpenBLAS on `threads` threads (`openblas_set_num_threads`): `cblas_sgemv` for batch 1,
@@ -402,5 +442,13 @@ pub(crate) mod openblas {
 
     pub fn runner(_: &Data, _: usize) -> Result<Runner<'_>, String> {
         Err("skipped (libopenblas-dev not installed)".into())
+    }
+
+    pub fn core_name() -> String {
+        "not installed".into()
+    }
+
+    pub fn better_core() -> Option<&'static str> {
+        None
     }
 }
