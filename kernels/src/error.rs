@@ -106,9 +106,9 @@ pub enum KernelError {
         isa: DotIsa,
     },
     /// `KEEPALLOC_KERNELS_DOT_ISA` is set to something that is not `avx512bf16`,
-    /// `avx512vnni`, `avx512`, `avxvnni`, `avx2` or `scalar`.
+    /// `avx512vnni`, `avx512`, `avxvnni`, `avx2`, `scalar` or `amx`.
     #[error(
-        "KEEPALLOC_KERNELS_DOT_ISA must be one of avx512bf16, avx512vnni, avx512, avxvnni, avx2, scalar"
+        "KEEPALLOC_KERNELS_DOT_ISA must be one of amx, avx512bf16, avx512vnni, avx512, avxvnni, avx2, scalar"
     )]
     UnknownDotIsa,
     /// The forced dot-product instruction set has no kernel for this operator kind (for

@@ -121,7 +121,7 @@ fn spawn_children() {
     if let Some(isa) = DotIsa::ALL.into_iter().find(|isa| !isa.is_supported()) {
         runs.push((isa.name().to_string(), format!("dot-isa-refused={isa}")));
     }
-    runs.push(("amx".to_string(), "dot-isa-unknown=amx".to_string()));
+    runs.push(("sse9".to_string(), "dot-isa-unknown=sse9".to_string()));
     for (value, marker) in runs {
         let out = Command::new(&exe)
             .args([

@@ -386,6 +386,16 @@ fn bad_descriptors_are_typed_errors_and_allocate_nothing() {
             })
         );
     }
+    if DotIsa::Amx.is_supported() {
+        // AMX-INT8 has an int8 kernel only.
+        assert_eq!(
+            bf16(FullyConnectedBf16F32Desc::new(4, 3, &wb).with_isa(DotIsa::Amx)),
+            Err(KernelError::NoKernel {
+                isa: DotIsa::Amx,
+                op: "bf16_f32"
+            })
+        );
+    }
     assert_eq!(
         qc8w(FullyConnectedF32Qc8wDesc::new(4, 3, &w8, &s).with_isa(DotIsa::Avx512Bf16))
             .err()

@@ -25,6 +25,13 @@
 //!   `avx512.rs` for the `+128` rule), bit-identical to the scalar kernel. Few long calls:
 //!   measured here, 128-word K blocks (slices in L1) lost 10% to per-call overhead.
 //!
+//! * qd8 on AMX-INT8 (`DotIsa::Amx`, the default where the CPU and the kernel allow it): the
+//!   same driver, quantization, packing and epilogue; in each panel, every full block of 32
+//!   rows (then one of 16) of a chunk is multiplied by `tdpbusd` over K rounded down to 64
+//!   (see `amx.rs`), its sums stored to the stack partial sums, and the VNNI microkernel
+//!   adds the remaining words and applies the epilogue; the rows left over (under 16) run
+//!   the VNNI path. Bit-identical to the VNNI and scalar kernels.
+//!
 //! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
 //! into L2, one line a step each (two tiles for bf16, four for qd8: measured here, better
 //! than one tile prefetching whole steps).
@@ -411,9 +418,38 @@ unsafe fn bf16_n<const R: usize, const U: usize>(b: &Blk) {
 /// # Safety
 /// As `lowp::run`, with `job.isa` AVX512-VNNI and the panels packed for NR = [`NR_QD8`].
 pub(super) unsafe fn qd8(job: &Job) {
+    // SAFETY: forwarded (caller); AVX512-VNNI kernels only.
+    unsafe { qd8_with(job, false) }
+}
+
+/// Runs a `qd8_f32_qc8w` job on AMX-INT8: [`qd8`] with the rows of every full block of 32
+/// (or 16) multiplied by `tdpbusd` over K rounded down to 64 (see `amx`).
+///
+/// # Safety
+/// As [`qd8`], and `amx::supported()` returned true.
+pub(super) unsafe fn qd8_amx(job: &Job) {
+    static CONFIG: super::amx::Config = super::amx::Config::new();
+    // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
+    unsafe { super::amx::load(&CONFIG) };
+    // SAFETY: forwarded (caller); the configuration is loaded on this thread.
+    unsafe { qd8_with(job, true) };
+    // SAFETY: as above.
+    unsafe { super::amx::release() };
+}
+
+/// [`qd8`], with AMX blocks when `amx` (the tile configuration of `amx::Config::new` then
+/// loaded on this thread).
+///
+/// # Safety
+/// As [`qd8_amx`] when `amx`, else as [`qd8`].
+unsafe fn qd8_with(job: &Job, amx: bool) {
+    use super::amx::{BLOCK_ROWS, STEP_WORDS};
     let panel = panel_bytes(Kind::Qd8F32Qc8w, NR_QD8, job.k);
     let panels = job.n.div_ceil(NR_QD8);
     let words = job.k.div_ceil(4);
+    // K steps of 16 words through the tiles (the rest, and the epilogue, by VNNI).
+    let groups = if amx { words / STEP_WORDS } else { 0 };
+    let amx_words = groups * STEP_WORDS;
     let row = 4 * NR_QD8;
     // Rows per chunk: their quantized A (read once per panel) stays within half of L2, and
     // their partial sums within the stack buffer.
@@ -427,7 +463,15 @@ pub(super) unsafe fn qd8(job: &Job) {
     let mut r0 = 0;
     while r0 < job.m {
         let rows = chunk.min(job.m - r0);
-        let tiles = Tiles::new(rows, MR_QD8);
+        // Rows run by AMX blocks (32 at a time, then one of 16), the rest by VNNI tiles.
+        let (big, small) = if groups > 0 {
+            (rows / BLOCK_ROWS, (rows % BLOCK_ROWS) / 16)
+        } else {
+            (0, 0)
+        };
+        let amx_rows = big * BLOCK_ROWS + small * 16;
+        let tiles = Tiles::new((rows - amx_rows).max(1), MR_QD8);
+        let vnni_rows = rows - amx_rows;
         // Input rows of the next chunk, prefetched into L2 a few lines before each tile
         // call so that quantizing them reads L2, not L3 (the read then overlaps the
         // arithmetic instead of preceding it).
@@ -444,8 +488,15 @@ pub(super) unsafe fn qd8(job: &Job) {
             at: 0,
             per_call: 0,
         };
-        pf_x.per_call = (pf_x.end.saturating_sub(pf_x.row) * job.k.div_ceil(x_line))
-            .div_ceil(panels * tiles.count * blocks);
+        let calls = big
+            + small
+            + if vnni_rows > 0 {
+                tiles.count * blocks
+            } else {
+                0
+            };
+        pf_x.per_call =
+            (pf_x.end.saturating_sub(pf_x.row) * job.k.div_ceil(x_line)).div_ceil(panels * calls);
         if !job.x.is_null() {
             // SAFETY: rows r0.. of the input, of A and of the row parameters are in bounds, A and the parameters writable (caller: `x` set).
             unsafe {
@@ -464,6 +515,59 @@ pub(super) unsafe fn qd8(job: &Job) {
         for p in 0..panels {
             // SAFETY: panel p is inside the packed block.
             let base = unsafe { job.packed.add(p * panel) };
+            let nvalid = NR_QD8.min(job.n - p * NR_QD8);
+            let mut m0 = 0;
+            while m0 < amx_rows {
+                let height = if m0 + BLOCK_ROWS <= amx_rows {
+                    BLOCK_ROWS
+                } else {
+                    16
+                };
+                pf_x.step();
+                // Rows r0+m0 .. +height of A, their partial sums, and the panel's first
+                // `amx_words` word rows are in bounds (caller; `groups` words fit in K).
+                // SAFETY: as above; the configuration is loaded (`amx`: caller).
+                unsafe {
+                    let a = job.a.add((r0 + m0) * job.lda);
+                    let w = base.add(3 * row);
+                    let part = part.add(m0 * NR_QD8);
+                    if height == BLOCK_ROWS {
+                        super::amx::block(a, job.lda, w, groups, part);
+                    } else {
+                        super::amx::block16(a, job.lda, w, groups, part);
+                    }
+                }
+                // The rest of K (under 16 words) and the epilogue, six rows a call.
+                for (t0, mr) in Tiles::new(height, MR_QD8).iter() {
+                    let m = m0 + t0;
+                    // SAFETY: rows r0+m.. of A, of C, of the row parameters and of the
+                    // partial sums, and the panel's remaining word rows, are in bounds.
+                    unsafe {
+                        let b = Blk {
+                            a: job.a.add((r0 + m) * job.lda + 4 * amx_words),
+                            lda: job.lda,
+                            panel: base,
+                            w: base.add(3 * row + amx_words * row),
+                            steps: words - amx_words,
+                            c: job.c.add((r0 + m) * job.ldc + p * NR_QD8),
+                            ldc: job.ldc,
+                            nvalid,
+                            first: false,
+                            last: true,
+                            min: job.min,
+                            max: job.max,
+                            rows: job.rows.add(r0 + m),
+                            pf: core::ptr::null(),
+                            part: part.add(m * NR_QD8),
+                        };
+                        qd8_tile(mr, &b);
+                    }
+                }
+                m0 += height;
+            }
+            if vnni_rows == 0 {
+                continue;
+            }
             let mut q0 = 0;
             while q0 < words {
                 let q1 = (q0 + KC_QD8).min(words);
@@ -478,6 +582,7 @@ pub(super) unsafe fn qd8(job: &Job) {
                 // with fewer tiles prefetches part of it.
                 let spread = VQ;
                 for (i, (m0, mr)) in tiles.iter().enumerate() {
+                    let m0 = amx_rows + m0;
                     pf_x.step();
                     // SAFETY: rows r0+m0.. of A, of C and of the row parameters, and the panel's columns and slice, are in bounds (caller).
                     unsafe {
@@ -752,6 +857,58 @@ mod tests {
         let (vnni, scalar) = (run(DotIsa::Avx512Vnni), run(DotIsa::Scalar));
         for (i, (a, b)) in vnni.iter().zip(&scalar).enumerate() {
             assert_eq!(a.to_bits(), b.to_bits(), "output {i}: {a} against {b}");
+        }
+    }
+
+    #[test]
+    fn qd8_amx_blocks_edges_and_k_tails_are_bit_identical_to_scalar() {
+        // Rows: under one 16-row block, exact 16/32-row blocks, blocks plus VNNI rows, and
+        // two row chunks (140); K: under one 64-value step (no AMX), exact steps, steps
+        // plus a tail of words, a tail inside a word, and two VNNI K blocks after AMX; N:
+        // one full panel and an edge.
+        if !DotIsa::Amx.is_supported() {
+            eprintln!("AMX-INT8 not available here: test skipped");
+            return;
+        }
+        for &(m, k, n) in &[
+            (15, 256, 64),
+            (16, 256, 64),
+            (17, 100, 130),
+            (32, 64, 64),
+            (33, 1000, 130),
+            (48, 60, 64),
+            (50, 4500, 130),
+            (140, 257, 70),
+        ] {
+            let x = values(m * k, 8 + m as u64);
+            let w: Vec<i8> = values(n * k, 9 + k as u64)
+                .iter()
+                .map(|&v| (v * 127.0) as i8)
+                .collect();
+            let scales: Vec<f32> = values(n, 6).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
+            let bias = values(n, 7);
+            let run = |isa: DotIsa| {
+                let op = FullyConnectedQd8F32Qc8w::create_with_table(
+                    &TABLE,
+                    &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
+                        .with_bias(&bias)
+                        .with_range(-2.0, 3.0)
+                        .with_isa(isa),
+                )
+                .unwrap();
+                let mut ws = vec![0u8; op.workspace_size(m).unwrap()];
+                let mut y = vec![f32::NAN; m * n];
+                op.run(m, &x, &mut y, &mut ws).unwrap();
+                y
+            };
+            let (amx, scalar) = (run(DotIsa::Amx), run(DotIsa::Scalar));
+            for (i, (a, b)) in amx.iter().zip(&scalar).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{m}x{k}x{n} output {i}: {a} against {b}"
+                );
+            }
         }
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! The f32 operator's [`Isa`](crate::Isa) says which vector width a CPU has; the low-precision
 //! operators also depend on extensions (AVX512-BF16's `vdpbf16ps`, AVX512-VNNI's and
-//! AVX-VNNI's `vpdpbusd`) that come and go independently, so they have an instruction set of
-//! their own. Each operator kind has kernels for a few of them ([`DotIsa::kernels_for`]).
+//! AVX-VNNI's `vpdpbusd`, AMX-INT8's `tdpbusd`) that come and go independently, so they have
+//! an instruction set of their own. Each operator kind has kernels for a few of them ([`DotIsa::kernels_for`]).
 
 use core::fmt;
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use crate::error::KernelError;
 
 /// The environment variable that forces the dot-product instruction set of every bf16 and
-/// int8 operator: `avx512bf16`, `avx512vnni`, `avxvnni`, `avx512`, `avx2` or `scalar`.
+/// int8 operator: `amx`, `avx512bf16`, `avx512vnni`, `avxvnni`, `avx512`, `avx2` or `scalar`.
 /// Naming one this CPU lacks makes [`initialize`](crate::initialize) and every create fail
 /// ([`KernelError::UnsupportedDotIsa`]); an operator kind without a kernel for it fails to
 /// create ([`KernelError::NoKernel`]). Never a silent downgrade, so a test run with it set
@@ -37,6 +37,9 @@ pub enum DotIsa {
     Avx512Vnni,
     /// AVX512-BF16 (`vdpbf16ps` on zmm).
     Avx512Bf16,
+    /// AMX-INT8 (`tdpbusd` on tiles), with AVX512-VNNI for the edges and the epilogue: Intel
+    /// Xeons from Sapphire Rapids on, where the kernel grants the tile state (Linux).
+    Amx,
 }
 
 /// The three low-precision operator kinds, named as XNNPACK names them.
@@ -63,7 +66,8 @@ impl Kind {
 
 impl DotIsa {
     /// Every dot-product instruction set, best first.
-    pub const ALL: [DotIsa; 6] = [
+    pub const ALL: [DotIsa; 7] = [
+        DotIsa::Amx,
         DotIsa::Avx512Bf16,
         DotIsa::Avx512Vnni,
         DotIsa::Avx512,
@@ -81,6 +85,7 @@ impl DotIsa {
             DotIsa::Avx512 => "avx512",
             DotIsa::Avx512Vnni => "avx512vnni",
             DotIsa::Avx512Bf16 => "avx512bf16",
+            DotIsa::Amx => "amx",
         }
     }
 
@@ -106,6 +111,7 @@ impl DotIsa {
                 DotIsa::Avx512 => avx512(),
                 DotIsa::Avx512Vnni => avx512() && has!("avx512vnni"),
                 DotIsa::Avx512Bf16 => avx512() && has!("avx512bf16"),
+                DotIsa::Amx => avx512() && has!("avx512vnni") && super::amx::supported(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -138,6 +144,7 @@ impl DotIsa {
             DotIsa::Avx512 => 5,
             DotIsa::Avx512Vnni => 6,
             DotIsa::Avx512Bf16 => 7,
+            DotIsa::Amx => 8,
         }
     }
 
@@ -168,6 +175,7 @@ pub(crate) fn kernels(kind: Kind) -> &'static [DotIsa] {
             DotIsa::Scalar,
         ],
         Kind::Qd8F32Qc8w => &[
+            DotIsa::Amx,
             DotIsa::Avx512Vnni,
             DotIsa::AvxVnni,
             DotIsa::Avx2,

@@ -38,6 +38,8 @@ pub(crate) mod quant;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -75,11 +77,13 @@ pub(crate) struct Shape {
 pub(crate) const fn shape(kind: Kind, isa: DotIsa) -> Shape {
     match (kind, isa) {
         #[cfg(target_arch = "x86_64")]
-        (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => Shape {
+        (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni | DotIsa::Amx) => Shape {
             mr: 6,
             nr: blocked::NR_QD8,
         },
-        (_, DotIsa::Avx512 | DotIsa::Avx512Vnni | DotIsa::Avx512Bf16) => Shape { mr: 8, nr: 32 },
+        (_, DotIsa::Avx512 | DotIsa::Avx512Vnni | DotIsa::Avx512Bf16 | DotIsa::Amx) => {
+            Shape { mr: 8, nr: 32 }
+        }
         (Kind::Qd8F32Qc8w, DotIsa::Avx2) => Shape { mr: 2, nr: 16 },
         (_, DotIsa::Avx2 | DotIsa::AvxVnni) => Shape { mr: 4, nr: 16 },
         (_, DotIsa::Scalar) => Shape { mr: 1, nr: 8 },
@@ -141,7 +145,7 @@ pub(crate) struct Job {
 /// True when the driver of `isa` quantizes qd8 rows itself (chunk by chunk, prefetching
 /// the next chunk's input while it computes), so `run` must not quantize them first.
 pub(crate) fn quantizes_in_driver(isa: DotIsa) -> bool {
-    cfg!(target_arch = "x86_64") && isa == DotIsa::Avx512Vnni
+    cfg!(target_arch = "x86_64") && matches!(isa, DotIsa::Avx512Vnni | DotIsa::Amx)
 }
 
 /// Packed weights per N block. 256 KiB measured best of 128 KiB – 1 GiB on
@@ -171,6 +175,8 @@ pub(crate) unsafe fn run(job: &Job) {
         (Kind::Bf16F32, DotIsa::Avx512) => return unsafe { blocked::bf16(job) },
         // SAFETY: as above.
         (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => return unsafe { blocked::qd8(job) },
+        // SAFETY: as above; the operator holds `Amx` only where it is supported.
+        (Kind::Qd8F32Qc8w, DotIsa::Amx) => return unsafe { blocked::qd8_amx(job) },
         _ => {}
     }
     let s = shape(job.kind, job.isa);
@@ -228,7 +234,8 @@ unsafe fn tile(kind: Kind, isa: DotIsa, mr: usize, t: &Tile) {
             #[cfg(target_arch = "x86_64")]
             (Kind::Bf16F32, DotIsa::Avx512Bf16) => avx512::bf16(mr, t),
             #[cfg(target_arch = "x86_64")]
-            (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) | (Kind::Bf16F32, DotIsa::Avx512) => {
+            (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni | DotIsa::Amx)
+            | (Kind::Bf16F32, DotIsa::Avx512) => {
                 unreachable!("run by the K-blocked driver")
             }
             #[cfg(target_arch = "x86_64")]

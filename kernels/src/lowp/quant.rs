@@ -84,7 +84,7 @@ pub(crate) unsafe fn rows(
             let dst = a.add(r * lda);
             let q = match isa {
                 #[cfg(target_arch = "x86_64")]
-                DotIsa::Avx512Vnni => avx512::row(src, k, dst),
+                DotIsa::Avx512Vnni | DotIsa::Amx => avx512::row(src, k, dst),
                 _ => row_scalar(
                     core::slice::from_raw_parts(src, k),
                     core::slice::from_raw_parts_mut(dst, k),

@@ -1,0 +1,246 @@
+//! AMX-INT8 (`tdpbusd`) blocks for `qd8_f32_qc8w`: the matrix unit of Intel's Sapphire
+//! Rapids and later Xeons, eight times the int8 multiply-adds per cycle of AVX512-VNNI.
+//!
+//! The blocks reuse everything the AVX512-VNNI driver already has (`blocked::qd8`): the same
+//! quantized activations (`q + 128`, unsigned, as `vpdpbusd` wants; `tdpbusd` multiplies the
+//! same unsigned bytes by the same signed weights), the same packed panels (64 columns, each
+//! 4-byte word row 256 bytes long: a 16-column slice of 16 word rows is one B tile, loaded
+//! with a 256-byte stride), and the same i32 partial sums on the driver's stack. A block
+//! computes 32 rows × 64 columns over the whole K rounded down to 64, as two 32 × 32 halves
+//! of four C tiles (two A tiles, two B tiles); the AVX512-VNNI microkernel then adds the
+//! last words of K (fewer than 16) and applies the epilogue. Every sum is an exact i32, so
+//! the output is bit-identical to the AVX512-VNNI and scalar kernels.
+//!
+//! Linux gives a thread the AMX tile state only after the process asked for it
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`supported`] asks once, and the
+//! instruction set counts as supported only if the CPU has AMX-TILE and AMX-INT8, the OS
+//! enables their state in XCR0 and the kernel grants the permission.
+//!
+//! Rust's AMX intrinsics are unstable, so the instructions are written with `asm!` (the
+//! assembler knows them); the compiler never uses the tile registers itself, so they are
+//! ours between `ldtilecfg` and `tilerelease`.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU8, Ordering};
+
+/// Rows of one AMX block (two A tiles of 16 rows).
+pub(super) const BLOCK_ROWS: usize = 32;
+/// 4-byte words of K per tile step (a tile row is 64 bytes).
+pub(super) const STEP_WORDS: usize = 16;
+
+/// The tile configuration (palette 1): every tile 16 rows of 64 bytes.
+#[repr(C, align(64))]
+pub(super) struct Config([u8; 64]);
+
+impl Config {
+    pub(super) const fn new() -> Config {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        let mut t = 0;
+        while t < 8 {
+            // colsb[t] (u16, little-endian) at 16 + 2t, rows[t] at 48 + t.
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+            t += 1;
+        }
+        Config(c)
+    }
+}
+
+/// 0: not checked yet; 1: not supported; 2: supported.
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+/// True when this thread may run the AMX blocks: the CPU has AMX-TILE and AMX-INT8, the OS
+/// enables their register state, and (Linux) the kernel granted this process the tile
+/// data permission (asked for on the first call).
+pub(crate) fn supported() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        1 => false,
+        2 => true,
+        _ => {
+            let ok = detect();
+            STATE.store(if ok { 2 } else { 1 }, Ordering::Release);
+            ok
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unused_unsafe)]
+fn detect() -> bool {
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+    let max = unsafe { __cpuid(0) }.eax;
+    if max < 7 {
+        return false;
+    }
+    // SAFETY: leaf 1 and leaf 7 exist (max >= 7).
+    let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
+    let osxsave = l1.ecx & (1 << 27) != 0;
+    let amx_tile = l7.edx & (1 << 24) != 0;
+    let amx_int8 = l7.edx & (1 << 25) != 0;
+    if !(osxsave && amx_tile && amx_int8) {
+        return false;
+    }
+    // SAFETY: OSXSAVE is set, so XGETBV is enabled; XCR0 is register 0.
+    let xcr0 = unsafe { xgetbv0() };
+    // XTILECFG (bit 17) and XTILEDATA (bit 18).
+    if xcr0 & (0b11 << 17) != 0b11 << 17 {
+        return false;
+    }
+    unsafe extern "C" {
+        fn syscall(number: core::ffi::c_long, ...) -> core::ffi::c_long;
+    }
+    const SYS_ARCH_PRCTL: core::ffi::c_long = 158;
+    const ARCH_REQ_XCOMP_PERM: core::ffi::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: core::ffi::c_long = 18;
+    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM, 18) only changes which XSAVE features this
+    // process may use; it reads and writes no memory of ours.
+    unsafe { syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn detect() -> bool {
+    false
+}
+
+/// XCR0.
+///
+/// # Safety
+/// The CPU has OSXSAVE set.
+#[cfg(target_os = "linux")]
+#[target_feature(enable = "xsave")]
+unsafe fn xgetbv0() -> u64 {
+    // SAFETY: forwarded (caller).
+    unsafe { core::arch::x86_64::_xgetbv(0) }
+}
+
+/// Loads `cfg` into the tile configuration of this thread.
+///
+/// # Safety
+/// [`supported`] returned true.
+#[inline]
+pub(super) unsafe fn load(cfg: &Config) {
+    // SAFETY: AMX is enabled and permitted (caller); `cfg` is 64 readable bytes of a valid
+    // palette-1 configuration.
+    unsafe { asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly, preserves_flags)) }
+}
+
+/// Releases this thread's tile state (so it is not saved and restored at every context
+/// switch).
+///
+/// # Safety
+/// [`supported`] returned true.
+#[inline]
+pub(super) unsafe fn release() {
+    // SAFETY: AMX is enabled and permitted (caller).
+    unsafe { asm!("tilerelease", options(nostack, nomem, preserves_flags)) }
+}
+
+/// `part[r][c] += Σ_k a[r][k] · w[k][c]` for 32 rows and 64 columns over `groups` steps of
+/// 16 words: `a` is 32 rows of `64 · groups` unsigned bytes, `lda` apart; `w` is `16 ·
+/// groups` packed word rows of 256 bytes (64 columns × 4 signed bytes); `part` is 32 rows of
+/// 64 i32, 256 bytes apart (overwritten, not accumulated).
+///
+/// # Safety
+/// The configuration of [`Config::new`] is loaded on this thread; the buffers are as
+/// described; `groups >= 1`.
+#[inline]
+pub(super) unsafe fn block(a: *const u8, lda: usize, w: *const u8, groups: usize, part: *mut i32) {
+    const LDW: usize = 256;
+    for half in 0..2 {
+        // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes
+        // 0..64·groups) and the packed rows (columns 32·half .. 32·half + 32 of word rows
+        // 0..16·groups); the stores write 16-row × 64-byte tiles inside `part` (rows 0..32,
+        // columns 32·half .. 32·half + 32).
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "2:",
+                "tileloadd tmm4, [{a0} + {lda} * 1]",
+                "tileloadd tmm5, [{a1} + {lda} * 1]",
+                "tileloadd tmm6, [{b} + {ldw} * 1]",
+                "tileloadd tmm7, [{b} + {ldw} * 1 + 64]",
+                "tdpbusd tmm0, tmm4, tmm6",
+                "tdpbusd tmm1, tmm4, tmm7",
+                "tdpbusd tmm2, tmm5, tmm6",
+                "tdpbusd tmm3, tmm5, tmm7",
+                "add {a0}, 64",
+                "add {a1}, 64",
+                "add {b}, {bstep}",
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{c0} + {ldw} * 1], tmm0",
+                "tilestored [{c0} + {ldw} * 1 + 64], tmm1",
+                "tilestored [{c1} + {ldw} * 1], tmm2",
+                "tilestored [{c1} + {ldw} * 1 + 64], tmm3",
+                a0 = inout(reg) a => _,
+                a1 = inout(reg) a.wrapping_add(16 * lda) => _,
+                lda = in(reg) lda,
+                b = inout(reg) w.wrapping_add(128 * half) => _,
+                ldw = in(reg) LDW,
+                bstep = in(reg) STEP_WORDS * LDW,
+                n = inout(reg) groups => _,
+                c0 = in(reg) part.wrapping_add(32 * half),
+                c1 = in(reg) part.wrapping_add(16 * 64 + 32 * half),
+                options(nostack),
+            );
+        }
+    }
+}
+
+/// [`block`] for 16 rows: four C tiles across the 64 columns, one A tile, the four B
+/// tiles of a step through three registers.
+///
+/// # Safety
+/// As [`block`], with 16 rows of A and of `part`.
+#[inline]
+pub(super) unsafe fn block16(
+    a: *const u8,
+    lda: usize,
+    w: *const u8,
+    groups: usize,
+    part: *mut i32,
+) {
+    const LDW: usize = 256;
+    // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..16, bytes
+    // 0..64·groups) and the packed rows (word rows 0..16·groups, all 64 columns); the
+    // stores write the four 16-row × 64-byte tiles of `part`.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "2:",
+            "tileloadd tmm4, [{a0} + {lda} * 1]",
+            "tileloadd tmm5, [{b} + {ldw} * 1]",
+            "tileloadd tmm6, [{b} + {ldw} * 1 + 64]",
+            "tileloadd tmm7, [{b} + {ldw} * 1 + 128]",
+            "tdpbusd tmm0, tmm4, tmm5",
+            "tileloadd tmm5, [{b} + {ldw} * 1 + 192]",
+            "tdpbusd tmm1, tmm4, tmm6",
+            "tdpbusd tmm2, tmm4, tmm7",
+            "tdpbusd tmm3, tmm4, tmm5",
+            "add {a0}, 64",
+            "add {b}, {bstep}",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{c0} + {ldw} * 1], tmm0",
+            "tilestored [{c0} + {ldw} * 1 + 64], tmm1",
+            "tilestored [{c0} + {ldw} * 1 + 128], tmm2",
+            "tilestored [{c0} + {ldw} * 1 + 192], tmm3",
+            a0 = inout(reg) a => _,
+            lda = in(reg) lda,
+            b = inout(reg) w => _,
+            ldw = in(reg) LDW,
+            bstep = in(reg) STEP_WORDS * LDW,
+            n = inout(reg) groups => _,
+            c0 = in(reg) part,
+            options(nostack),
+        );
+    }
+}
