@@ -276,6 +276,10 @@ fn runner<'a>(
 struct Row {
     shape: (usize, usize, usize),
     cells: Vec<(Lib, Result<f64, String>, bool)>,
+    /// Batch 1: the GOPS at which reading the weights once at this core's measured read
+    /// bandwidth for a buffer of their size takes the whole run (each weight is read once
+    /// per run, so no kernel beats it by much).
+    roof: Option<f64>,
 }
 
 impl Row {
@@ -384,9 +388,19 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 Kind::F32Qc8w => fma_peak = fma_peak.max(probe::fma_peak()),
             }
             eprintln!("measured {} {m}x{k}x{n}", kind.name());
+            // Bytes per weight: 2 for bf16, 1 for int8; 2·K·N operations read them once.
+            let weight_bytes = match kind {
+                Kind::Bf16F32 => 2 * k * n,
+                Kind::Qd8F32Qc8w | Kind::F32Qc8w => k * n,
+            };
+            let roof = (m == 1).then(|| {
+                let gbs = probe::read_bandwidth(weight_bytes);
+                flops / (weight_bytes as f64 / gbs)
+            });
             rows.push(Row {
                 shape: (m, k, n),
                 cells,
+                roof,
             });
         }
         let (peak_name, peak) = match kind {
@@ -409,6 +423,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         if kind == Kind::Qd8F32Qc8w {
             let _ = write!(h, "{:>14}{:>13}", "XNN-subgraph", "vs best XNN");
         }
+        let _ = write!(h, "{:>16}", "b=1 roof GOPS");
         let _ = writeln!(tables, "{h}");
         for row in &rows {
             let (m, k, n) = row.shape;
@@ -453,6 +468,9 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                     cell(Lib::KeepallocF32),
                     ratio(ours, row.of(Lib::KeepallocF32))
                 );
+            }
+            if let Some(roof) = row.roof {
+                let _ = write!(line, "{:>16}", format!("{roof:.1}"));
             }
             let _ = writeln!(tables, "{line}");
         }

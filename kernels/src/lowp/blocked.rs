@@ -429,6 +429,12 @@ pub(super) unsafe fn qd8(job: &Job) {
 /// As [`qd8`], and `amx::supported()` returned true.
 pub(super) unsafe fn qd8_amx(job: &Job) {
     static CONFIG: super::amx::Config = super::amx::Config::new();
+    if job.m < 16 || job.k < 4 * super::amx::STEP_WORDS {
+        // No full tile: the VNNI path alone, without configuring (and releasing) the tiles,
+        // which would cost a batch-1 run more than its arithmetic.
+        // SAFETY: forwarded (caller).
+        return unsafe { qd8_with(job, false) };
+    }
     // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
     unsafe { super::amx::load(&CONFIG) };
     // SAFETY: forwarded (caller); the configuration is loaded on this thread.
