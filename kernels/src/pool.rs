@@ -144,44 +144,59 @@ impl Shared {
 
     /// Claims and runs tasks of the job tagged `tag` until none is left, catching panics.
     /// `task` and `tasks` are that job's (the caller's own, or read by [`Shared::read_job`]).
+    ///
+    /// Tasks are claimed in runs of consecutive indices that shrink as the job drains
+    /// (guided scheduling: a run is the unclaimed count divided by twice the thread count,
+    /// at least one), so a job of many small tasks costs a few compare-and-swaps per thread
+    /// instead of one per task, while the last tasks are still handed out one at a time to
+    /// whichever thread is free. Finished tasks are counted once per run.
     fn work(&self, tag: u64, task: &(dyn Fn(usize) + Sync), tasks: usize) {
         let outer = IN_TASK.replace(self as *const Shared as usize);
         let _restore = Restore(outer);
+        let share = 2 * (self.workers + 1);
         let mut st = self.state.0.load(Ordering::Relaxed);
         loop {
             let i = (st & CLOSED) as usize;
             if st >> 32 != tag || i >= tasks {
                 return;
             }
-            if let Err(now) =
-                self.state
-                    .0
-                    .compare_exchange_weak(st, st + 1, Ordering::Acquire, Ordering::Relaxed)
-            {
+            let run = ((tasks - i) / share).max(1);
+            if let Err(now) = self.state.0.compare_exchange_weak(
+                st,
+                st + run as u64,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 st = now;
                 continue;
             }
-            let mut finished = 1;
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(i))) {
-                // Skip the tasks nobody started (counted as done); keep the first payload.
-                let mut cur = self.state.0.load(Ordering::Relaxed);
-                while cur >> 32 == tag && ((cur & CLOSED) as usize) < tasks {
-                    match self.state.0.compare_exchange_weak(
-                        cur,
-                        (tag << 32) | tasks as u64,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            finished += tasks - (cur & CLOSED) as usize;
-                            break;
+            let mut finished = 0;
+            for j in i..i + run {
+                finished += 1;
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(j))) {
+                    // Skip the rest of this run and the tasks nobody claimed (all counted
+                    // as done); keep the first payload.
+                    finished += i + run - j - 1;
+                    let mut cur = self.state.0.load(Ordering::Relaxed);
+                    while cur >> 32 == tag && ((cur & CLOSED) as usize) < tasks {
+                        match self.state.0.compare_exchange_weak(
+                            cur,
+                            (tag << 32) | tasks as u64,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        ) {
+                            Ok(_) => {
+                                finished += tasks - (cur & CLOSED) as usize;
+                                break;
+                            }
+                            Err(now) => cur = now,
                         }
-                        Err(now) => cur = now,
                     }
-                }
-                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.is_none() {
-                    *slot = Some(payload);
+                    let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                    if slot.is_none() {
+                        *slot = Some(payload);
+                    }
+                    break;
                 }
             }
             if self.done.0.fetch_add(finished, Ordering::SeqCst) + finished == tasks
@@ -218,7 +233,8 @@ thread_local! {
 ///   atomic store; workers spin on it for about 1 ms after their last task and then sleep
 ///   on a condition variable (std's futex-based `Mutex`/`Condvar`, which allocate
 ///   nothing), so back-to-back runs wake them in well under a microsecond and an idle pool
-///   costs no CPU. Tasks are claimed one at a time with a compare-and-swap, and the caller
+///   costs no CPU. Tasks are claimed in runs of consecutive indices with a compare-and-swap
+///   (guided: runs shrink to one task as the job drains), and the caller
 ///   waits only for tasks that were claimed, never for a worker that took none: a worker
 ///   descheduled before it claims (a busy machine) costs the run nothing, the caller takes
 ///   its tasks; one descheduled in the middle of a task delays the run by that task.
