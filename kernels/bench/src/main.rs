@@ -238,32 +238,53 @@ fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
     })
 }
 
-/// Runs this bench again with `OPENBLAS_CORETYPE` set when OpenBLAS picked kernels below
-/// this CPU's vector width (it reads the variable once, when it is loaded, so the process
-/// has to start again); returns only when nothing needs changing or the exec failed.
-fn fix_openblas_core() {
-    let Some(core) = peers::openblas::better_core() else {
-        return;
-    };
+/// How long (as a power of two of cycles) OpenBLAS's idle threads spin before they sleep,
+/// in the multi-thread comparison: 2^18 cycles, about 0.1 ms. Its default, 2^28 (about
+/// 0.1 s), keeps a spinning OpenBLAS thread on the second core while the next library is
+/// timed: measured here, keepalloc's two-thread figure then equalled its one-thread one.
+/// Inside one sample OpenBLAS's calls are back to back, so the shorter spin costs it
+/// nothing.
+const OPENBLAS_THREAD_TIMEOUT: &str = "18";
+
+/// Runs this bench again with OpenBLAS's environment fixed when it needs to be (OpenBLAS
+/// reads it once, when it is loaded, so the process has to start again): `OPENBLAS_CORETYPE`
+/// when OpenBLAS picked kernels below this CPU's vector width, and, with `--threads`,
+/// `OPENBLAS_THREAD_TIMEOUT`. A variable the user set is kept. Returns only when nothing
+/// needs changing or the exec failed.
+fn fix_openblas_env(threads: bool) {
     use std::os::unix::process::CommandExt;
-    let detected = peers::openblas::core_name();
-    eprintln!(
-        "OpenBLAS detected this CPU as {detected:?}; running again with OPENBLAS_CORETYPE={core}"
-    );
+    let mut set: Vec<(&str, &str)> = Vec::new();
+    if let Some(core) = peers::openblas::better_core() {
+        eprintln!(
+            "OpenBLAS detected this CPU as {:?}: running again with OPENBLAS_CORETYPE={core}",
+            peers::openblas::core_name()
+        );
+        set.push(("OPENBLAS_CORETYPE", core));
+    }
+    if threads && std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
+        set.push(("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT));
+    }
+    if set.is_empty() {
+        return;
+    }
     let err = std::process::Command::new("/proc/self/exe")
         .args(std::env::args_os().skip(1))
-        .env("OPENBLAS_CORETYPE", core)
+        .envs(set.iter().copied())
         .exec();
-    eprintln!(
-        "could not run again with OPENBLAS_CORETYPE={core}: {err}; OpenBLAS stays {detected:?}"
-    );
+    eprintln!("could not run again with {set:?}: {err}; OpenBLAS's environment stays as it is");
 }
 
 fn main() -> ExitCode {
     // A bad option prints the usage and exits with 2, as before.
     let cli = Cli::parse();
-    fix_openblas_core();
-    println!("OpenBLAS kernels: {}", peers::openblas::core_name());
+    fix_openblas_env(cli.threads.is_some());
+    println!(
+        "OpenBLAS kernels: {}{}",
+        peers::openblas::core_name(),
+        std::env::var("OPENBLAS_THREAD_TIMEOUT")
+            .map(|t| format!(", idle threads spin 2^{t} cycles"))
+            .unwrap_or_default()
+    );
     if let Some(t) = cli.threads {
         let budget = Duration::from_millis(if cli.quick { 120 } else { 400 });
         let shapes = cli.shapes.clone().unwrap_or_else(|| SHAPES.to_vec());

@@ -138,6 +138,10 @@ impl Row {
     }
 }
 
+/// The pause before each library's samples (see the loop in [`run`]): 2 ms measured too
+/// short here for pthreadpool's spinning workers.
+const QUIESCE: Duration = Duration::from_millis(10);
+
 /// Runs the comparison; writes JSON to `json` if given.
 pub fn run(
     threads: usize,
@@ -189,8 +193,11 @@ pub fn run(
         for _ in 0..ROUNDS {
             for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
                 if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
-                    // Let the previous library's spinning workers go to sleep first.
-                    std::thread::sleep(Duration::from_millis(2));
+                    // Let the previous library's spinning workers go to sleep first (a
+                    // worker still spinning takes the second core from the library timed
+                    // next): keepalloc's spin 1 ms, pthreadpool's a few, OpenBLAS's about
+                    // 0.1 ms here (`OPENBLAS_THREAD_TIMEOUT`, set by `main`).
+                    std::thread::sleep(QUIESCE);
                     t.sample(run, &mut out, flops, *per_round);
                 }
             }
