@@ -387,12 +387,12 @@ fn bad_descriptors_are_typed_errors_and_allocate_nothing() {
         );
     }
     if DotIsa::Amx.is_supported() {
-        // AMX-INT8 has an int8 kernel only.
+        // AMX has int8 and bf16 kernels, no f32 × int8 one.
         assert_eq!(
-            bf16(FullyConnectedBf16F32Desc::new(4, 3, &wb).with_isa(DotIsa::Amx)),
-            Err(KernelError::NoKernel {
+            qc8w(FullyConnectedF32Qc8wDesc::new(4, 3, &w8, &s).with_isa(DotIsa::Amx)).err(),
+            Some(KernelError::NoKernel {
                 isa: DotIsa::Amx,
-                op: "bf16_f32"
+                op: "f32_qc8w"
             })
         );
     }

@@ -1,5 +1,8 @@
-//! AMX-INT8 (`tdpbusd`) blocks for `qd8_f32_qc8w`: the matrix unit of Intel's Sapphire
-//! Rapids and later Xeons, eight times the int8 multiply-adds per cycle of AVX512-VNNI.
+//! AMX blocks: AMX-INT8 (`tdpbusd`) for `qd8_f32_qc8w` and AMX-BF16 (`tdpbf16ps`) for
+//! `bf16_f32`, on the matrix unit of Intel's Sapphire Rapids and later Xeons (eight times the
+//! int8 multiply-adds per cycle of AVX512-VNNI, sixteen times the bf16 ones of `vdpbf16ps`).
+//!
+//! The int8 blocks:
 //!
 //! The blocks reuse everything the AVX512-VNNI driver already has (`blocked::qd8`): the same
 //! quantized activations (`q + 128`, unsigned, as `vpdpbusd` wants; `tdpbusd` multiplies the
@@ -50,7 +53,8 @@ impl Config {
 /// 0: not checked yet; 1: not supported; 2: supported.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
-/// True when this thread may run the AMX blocks: the CPU has AMX-TILE and AMX-INT8, the OS
+/// True when this thread may run the AMX blocks: the CPU has AMX-TILE, AMX-INT8 and AMX-BF16
+/// (every AMX CPU so far has all three), the OS
 /// enables their register state, and (Linux) the kernel granted this process the tile
 /// data permission (asked for on the first call).
 pub(crate) fn supported() -> bool {
@@ -79,7 +83,8 @@ fn detect() -> bool {
     let osxsave = l1.ecx & (1 << 27) != 0;
     let amx_tile = l7.edx & (1 << 24) != 0;
     let amx_int8 = l7.edx & (1 << 25) != 0;
-    if !(osxsave && amx_tile && amx_int8) {
+    let amx_bf16 = l7.edx & (1 << 22) != 0;
+    if !(osxsave && amx_tile && amx_int8 && amx_bf16) {
         return false;
     }
     // SAFETY: OSXSAVE is set, so XGETBV is enabled; XCR0 is register 0.
@@ -240,6 +245,119 @@ pub(super) unsafe fn block16(
             bstep = in(reg) STEP_WORDS * LDW,
             n = inout(reg) groups => _,
             c0 = in(reg) part,
+            options(nostack),
+        );
+    }
+}
+
+/// bf16: `c[r][j] = bias[j] + Σ_k a[r][k] · w[k][j]` for 32 rows and 32 columns over
+/// `groups` steps of 16 pairs (32 values of K): `a` is 32 rows of `32 · groups` bf16 values,
+/// `lda` bytes apart; `w` is `16 · groups` packed pair rows of 128 bytes (32 columns × 2
+/// bf16); `bias` is 32 floats; `c` is 32 rows of 32 floats, `ldc` bytes apart (written).
+/// Each element starts from its bias and adds the pairs in K order, the even value of a pair
+/// before the odd one (`tdpbf16ps`: round to nearest even, denormal inputs and results
+/// flushed to zero).
+///
+/// # Safety
+/// The configuration of [`Config::new`] is loaded on this thread; the buffers are as
+/// described; `groups >= 1`; the CPU has AMX-BF16.
+#[inline]
+pub(super) unsafe fn block_bf16(
+    a: *const u8,
+    lda: usize,
+    w: *const u8,
+    groups: usize,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+) {
+    const LDW: usize = 128;
+    // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes 0..64·groups),
+    // the packed pair rows (0..16·groups, all 32 columns) and the bias (64 bytes each, stride
+    // 0); the stores write 16-row × 64-byte tiles inside C (rows 0..32, columns 0..32).
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{bias} + {zero} * 1]",
+            "tileloadd tmm1, [{bias} + {zero} * 1 + 64]",
+            "tileloadd tmm2, [{bias} + {zero} * 1]",
+            "tileloadd tmm3, [{bias} + {zero} * 1 + 64]",
+            "2:",
+            "tileloadd tmm4, [{a0} + {lda} * 1]",
+            "tileloadd tmm5, [{a1} + {lda} * 1]",
+            "tileloadd tmm6, [{b} + {ldw} * 1]",
+            "tileloadd tmm7, [{b} + {ldw} * 1 + 64]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            "add {a0}, 64",
+            "add {a1}, 64",
+            "add {b}, {bstep}",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{c0} + {ldc} * 1], tmm0",
+            "tilestored [{c0} + {ldc} * 1 + 64], tmm1",
+            "tilestored [{c1} + {ldc} * 1], tmm2",
+            "tilestored [{c1} + {ldc} * 1 + 64], tmm3",
+            bias = in(reg) bias,
+            zero = in(reg) 0usize,
+            a0 = inout(reg) a => _,
+            a1 = inout(reg) a.wrapping_add(16 * lda) => _,
+            lda = in(reg) lda,
+            b = inout(reg) w => _,
+            ldw = in(reg) LDW,
+            bstep = in(reg) STEP_WORDS * LDW,
+            n = inout(reg) groups => _,
+            c0 = in(reg) c,
+            c1 = in(reg) c.wrapping_byte_add(16 * ldc),
+            ldc = in(reg) ldc,
+            options(nostack),
+        );
+    }
+}
+
+/// [`block_bf16`] for 16 rows (the C tiles of the second half of the rows unused).
+///
+/// # Safety
+/// As [`block_bf16`], with 16 rows of A and of C.
+#[inline]
+pub(super) unsafe fn block_bf16_16(
+    a: *const u8,
+    lda: usize,
+    w: *const u8,
+    groups: usize,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+) {
+    const LDW: usize = 128;
+    // SAFETY: as `block_bf16`, over rows 0..16.
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{bias} + {zero} * 1]",
+            "tileloadd tmm1, [{bias} + {zero} * 1 + 64]",
+            "2:",
+            "tileloadd tmm4, [{a0} + {lda} * 1]",
+            "tileloadd tmm6, [{b} + {ldw} * 1]",
+            "tileloadd tmm7, [{b} + {ldw} * 1 + 64]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "add {a0}, 64",
+            "add {b}, {bstep}",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{c0} + {ldc} * 1], tmm0",
+            "tilestored [{c0} + {ldc} * 1 + 64], tmm1",
+            bias = in(reg) bias,
+            zero = in(reg) 0usize,
+            a0 = inout(reg) a => _,
+            lda = in(reg) lda,
+            b = inout(reg) w => _,
+            ldw = in(reg) LDW,
+            bstep = in(reg) STEP_WORDS * LDW,
+            n = inout(reg) groups => _,
+            c0 = in(reg) c,
+            ldc = in(reg) ldc,
             options(nostack),
         );
     }

@@ -25,6 +25,11 @@
 //!   `avx512.rs` for the `+128` rule), bit-identical to the scalar kernel. Few long calls:
 //!   measured here, 128-word K blocks (slices in L1) lost 10% to per-call overhead.
 //!
+//! * bf16 on AMX-BF16 (`DotIsa::Amx`, the default where available): in chunks of up to 128
+//!   rows, panel by panel, every block of 32 rows (then one of 16) is multiplied by
+//!   `tdpbf16ps` straight from the bf16 input over K rounded down to 32, each output starting
+//!   from its bias; the AVX-512 microkernel above adds the rest of K (widened on the stack)
+//!   and clamps. The rows left over (under 16) run the AVX-512 path.
 //! * qd8 on AMX-INT8 (`DotIsa::Amx`, the default where the CPU and the kernel allow it): the
 //!   same driver, quantization, packing and epilogue; in each panel, every full block of 32
 //!   rows (then one of 16) of a chunk is multiplied by `tdpbusd` over K rounded down to 64
@@ -257,6 +262,143 @@ pub(super) unsafe fn bf16(job: &Job) {
             q0 = q1;
         }
         r0 += rows;
+    }
+}
+
+/// A 32 × 32 block of f32 on the stack, 64-byte aligned.
+#[repr(C, align(64))]
+struct Block32([f32; 32 * 32]);
+
+/// bf16 on AMX: most rows per chunk (a multiple of 32; 128 rows of K = 4096 bf16 are 1 MiB).
+const AMX_MC: usize = 128;
+
+/// bf16 on AMX: the widened K tails (under 32 values) of a chunk's rows, 32 floats each.
+#[repr(C, align(64))]
+struct Tail([f32; AMX_MC * 32]);
+
+/// Runs a `bf16_f32` job on AMX-BF16: every block of 32 rows (then one of 16) is multiplied
+/// by `tdpbf16ps` over K rounded down to 32, straight from the bf16 input, each output
+/// starting from its bias (see `amx::block_bf16`); the AVX-512 microkernel then adds the
+/// rest of K (widened, under 32 values) and clamps. The rows left over run [`bf16`].
+///
+/// # Safety
+/// As [`bf16`], and `amx::supported()` returned true.
+pub(super) unsafe fn bf16_amx(job: &Job) {
+    use super::amx::BLOCK_ROWS;
+    static CONFIG: super::amx::Config = super::amx::Config::new();
+    let groups = job.k / 32;
+    let amx_rows = if groups == 0 {
+        0
+    } else {
+        job.m / BLOCK_ROWS * BLOCK_ROWS + (job.m % BLOCK_ROWS) / 16 * 16
+    };
+    if amx_rows == 0 {
+        // SAFETY: forwarded (caller).
+        return unsafe { bf16(job) };
+    }
+    let panel = panel_bytes(Kind::Bf16F32, NR, job.k);
+    let panels = job.n.div_ceil(NR);
+    let pairs = job.k.div_ceil(2);
+    let amx_pairs = 16 * groups;
+    let tail_vals = job.k - 32 * groups;
+    let mut tail = core::mem::MaybeUninit::<Tail>::uninit();
+    let tail = tail.as_mut_ptr().cast::<f32>();
+    let mut scratch = core::mem::MaybeUninit::<Block32>::uninit();
+    let scratch = scratch.as_mut_ptr().cast::<f32>();
+    // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
+    unsafe { super::amx::load(&CONFIG) };
+    // Chunks of up to AMX_MC rows (their bf16 A, read once per panel, stays in L2); in each,
+    // panel by panel, every row block of the chunk (each panel read once per chunk).
+    let mut r0 = 0;
+    while r0 < amx_rows {
+        let rows = AMX_MC.min(amx_rows - r0);
+        for r in 0..rows {
+            // SAFETY: row r0 + r of A holds K bf16 values, of which the last `tail_vals` are read; the tail row holds 32 floats and `tail_vals + 1 <= 32` are written.
+            unsafe {
+                widen(
+                    job.a.add((r0 + r) * job.lda + 64 * groups).cast(),
+                    tail_vals,
+                    tail.add(32 * r),
+                );
+            }
+        }
+        for p in 0..panels {
+            let nvalid = NR.min(job.n - p * NR);
+            let mut m0 = 0;
+            while m0 < rows {
+                let height = if m0 + BLOCK_ROWS <= rows {
+                    BLOCK_ROWS
+                } else {
+                    16
+                };
+                // Rows r0 + m0 .. + height of A and C, panel p and its columns are in
+                // bounds (caller); a partial panel goes through the scratch block, whose
+                // rows are then copied to C's valid columns.
+                // SAFETY: as above; the configuration is loaded.
+                unsafe {
+                    let base = job.packed.add(p * panel);
+                    let c = job.c.add((r0 + m0) * job.ldc + p * NR);
+                    let (dst, ld) = if nvalid == NR {
+                        (c, job.ldc * size_of::<f32>())
+                    } else {
+                        (scratch, 32 * size_of::<f32>())
+                    };
+                    let a = job.a.add((r0 + m0) * job.lda);
+                    let w = base.add(ROW);
+                    let bias = base.cast::<f32>();
+                    if height == BLOCK_ROWS {
+                        super::amx::block_bf16(a, job.lda, w, groups, bias, dst, ld);
+                    } else {
+                        super::amx::block_bf16_16(a, job.lda, w, groups, bias, dst, ld);
+                    }
+                    if nvalid < NR {
+                        for r in 0..height {
+                            core::ptr::copy_nonoverlapping(
+                                scratch.add(32 * r),
+                                c.add(r * job.ldc),
+                                nvalid,
+                            );
+                        }
+                    }
+                    for (t0, mr) in Tiles::new(height, MR).iter() {
+                        let b = Blk {
+                            a: tail.add(32 * (m0 + t0)).cast_const().cast(),
+                            lda: 32 * size_of::<f32>(),
+                            panel: base,
+                            w: base.add(ROW + amx_pairs * ROW),
+                            steps: pairs - amx_pairs,
+                            c: c.add(t0 * job.ldc),
+                            ldc: job.ldc,
+                            nvalid,
+                            first: false,
+                            last: true,
+                            min: job.min,
+                            max: job.max,
+                            rows: core::ptr::null(),
+                            pf: core::ptr::null(),
+                            part: core::ptr::null_mut(),
+                        };
+                        bf16_tile(mr, &b);
+                    }
+                }
+                m0 += height;
+            }
+        }
+        r0 += rows;
+    }
+    // SAFETY: as above.
+    unsafe { super::amx::release() };
+    if amx_rows < job.m {
+        let rest = Job {
+            m: job.m - amx_rows,
+            // SAFETY: row `amx_rows` < m is inside A and C (caller).
+            a: unsafe { job.a.add(amx_rows * job.lda) },
+            // SAFETY: as above.
+            c: unsafe { job.c.add(amx_rows * job.ldc) },
+            ..*job
+        };
+        // SAFETY: the remaining rows of the same job.
+        unsafe { bf16(&rest) };
     }
 }
 
@@ -793,7 +935,35 @@ mod tests {
         if !DotIsa::Avx512.is_supported() {
             return;
         }
-        let (m, k, n, lda, ldc) = (100, 601, 70, 605, 73);
+        check_bf16(DotIsa::Avx512, 100, 601, 70, 605, 73);
+    }
+
+    #[test]
+    fn bf16_amx_blocks_edges_and_k_tails_match_the_f64_reference() {
+        // Rows: under one 16-row block, exact 16/32-row blocks, blocks plus AVX-512 rows;
+        // K: under one 32-value step (no AMX), exact steps, steps plus an odd tail; N: full
+        // panels (stored straight to C) and partial ones (through the scratch block);
+        // strided rows.
+        if !DotIsa::Amx.is_supported() {
+            eprintln!("AMX not available here: test skipped");
+            return;
+        }
+        for &(m, k, n, lda, ldc) in &[
+            (15, 100, 70, 100, 70),
+            (16, 32, 32, 32, 32),
+            (17, 64, 40, 70, 41),
+            (32, 31, 64, 31, 64),
+            (32, 601, 70, 605, 73),
+            (50, 1000, 33, 1000, 33),
+            (100, 601, 70, 605, 73),
+        ] {
+            check_bf16(DotIsa::Amx, m, k, n, lda, ldc);
+        }
+    }
+
+    /// Runs a bf16 operator on `isa` and checks every output against the f64 sum with the
+    /// rounding rule's bound: `(K + 2) · ε · Σ|terms|`.
+    fn check_bf16(isa: DotIsa, m: usize, k: usize, n: usize, lda: usize, ldc: usize) {
         let x: Vec<u16> = values(m * lda, 1)
             .iter()
             .map(|&v| bf16_from_f32(v))
@@ -806,7 +976,7 @@ mod tests {
                 .with_bias(&bias)
                 .with_strides(lda, ldc)
                 .with_range(-30.0, 30.0)
-                .with_isa(DotIsa::Avx512),
+                .with_isa(isa),
         )
         .unwrap();
         let mut y = vec![f32::NAN; (m - 1) * ldc + n];
@@ -825,7 +995,7 @@ mod tests {
                 let got = f64::from(y[r * ldc + j]);
                 assert!(
                     (got - want).abs() <= (k as f64 + 2.0) * eps * t,
-                    "row {r} column {j}: {got} against {want}"
+                    "{isa} {m}x{k}x{n} row {r} column {j}: {got} against {want}"
                 );
             }
         }

@@ -37,8 +37,9 @@ pub enum DotIsa {
     Avx512Vnni,
     /// AVX512-BF16 (`vdpbf16ps` on zmm).
     Avx512Bf16,
-    /// AMX-INT8 (`tdpbusd` on tiles), with AVX512-VNNI for the edges and the epilogue: Intel
-    /// Xeons from Sapphire Rapids on, where the kernel grants the tile state (Linux).
+    /// AMX (`tdpbusd` for int8, `tdpbf16ps` for bf16, on tiles), with AVX512-VNNI and
+    /// AVX-512F for the edges and the epilogues: Intel Xeons from Sapphire Rapids on, where
+    /// the kernel grants the tile state (Linux).
     Amx,
 }
 
@@ -163,12 +164,14 @@ impl fmt::Display for DotIsa {
 pub(crate) fn kernels(kind: Kind) -> &'static [DotIsa] {
     match kind {
         Kind::Bf16F32 if bf16_dot_is_half_rate() => &[
+            DotIsa::Amx,
             DotIsa::Avx512,
             DotIsa::Avx512Bf16,
             DotIsa::Avx2,
             DotIsa::Scalar,
         ],
         Kind::Bf16F32 => &[
+            DotIsa::Amx,
             DotIsa::Avx512Bf16,
             DotIsa::Avx512,
             DotIsa::Avx2,

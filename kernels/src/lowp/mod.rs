@@ -177,6 +177,8 @@ pub(crate) unsafe fn run(job: &Job) {
         (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni) => return unsafe { blocked::qd8(job) },
         // SAFETY: as above; the operator holds `Amx` only where it is supported.
         (Kind::Qd8F32Qc8w, DotIsa::Amx) => return unsafe { blocked::qd8_amx(job) },
+        // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
+        (Kind::Bf16F32, DotIsa::Amx) => return unsafe { blocked::bf16_amx(job) },
         _ => {}
     }
     let s = shape(job.kind, job.isa);
@@ -235,7 +237,7 @@ unsafe fn tile(kind: Kind, isa: DotIsa, mr: usize, t: &Tile) {
             (Kind::Bf16F32, DotIsa::Avx512Bf16) => avx512::bf16(mr, t),
             #[cfg(target_arch = "x86_64")]
             (Kind::Qd8F32Qc8w, DotIsa::Avx512Vnni | DotIsa::Amx)
-            | (Kind::Bf16F32, DotIsa::Avx512) => {
+            | (Kind::Bf16F32, DotIsa::Avx512 | DotIsa::Amx) => {
                 unreachable!("run by the K-blocked driver")
             }
             #[cfg(target_arch = "x86_64")]
