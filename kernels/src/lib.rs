@@ -13,7 +13,8 @@
 //! result bit-identical to one thread. [`ThreadPool::new`] is a persistent pool whose state
 //! is one block from the captured table (its workers started once with `pthread_create`,
 //! their stacks the C library's); [`FullyConnected::run_in`] runs on it, or on a runtime's
-//! own pool through the [`Parallel`] trait; `FullyConnectedDesc::with_threads(t)` runs on
+//! own pool through the [`Parallel`] trait (a runtime's pthreadpool, the one it gives
+//! XNNPACK, through [`Pthreadpool`]); `FullyConnectedDesc::with_threads(t)` runs on
 //! the [`process_pool`] (one thread per CPU, started by the first such `create`, a static).
 //! No `run` starts a thread or allocates, at any thread count.
 //!
@@ -70,6 +71,7 @@ mod isa;
 mod lowp;
 mod pack;
 mod pool;
+mod pthreadpool;
 mod selftest;
 
 pub use buffer::ALIGNMENT;
@@ -83,4 +85,7 @@ pub use isa::{ISA_ENV, Isa, selected as selected_isa};
 pub use keepalloc_allocators::AllocatorTable;
 pub use lowp::{DOT_ISA_ENV, DotIsa};
 pub use pool::{MAX_POOL_THREADS, Parallel, Sequential, ThreadPool, process_pool};
+pub use pthreadpool::{
+    Pthreadpool, PthreadpoolGetThreadsCount, PthreadpoolParallelize1d, PthreadpoolTask1d,
+};
 pub use selftest::{LOW_PRECISION_ALLOCATIONS, low_precision_path};

@@ -18,8 +18,6 @@
 
 use core::ffi::c_void;
 use std::fmt::Write as _;
-#[cfg(have_pthreadpool)]
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -113,7 +111,7 @@ fn runner<'a>(
         Peer::Xnnpack => {
             let pool = pools.pthreadpool.as_ref().map_err(Clone::clone)?;
             // Debian's 2022 XNNPACK: the single-thread bench's runner, on the pthreadpool.
-            crate::peers::xnnpack::runner(d, pool.0)
+            crate::peers::xnnpack::runner(d, pool.raw())
         }
         Peer::XnnpackCurrent => {
             let current = pools.current.as_ref().map_err(Clone::clone)?;
@@ -355,7 +353,8 @@ fn to_json(rows: &[Row], threads: usize, isa: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// Debian's pthreadpool, and the `Parallel` adapter over it.
+// Debian's pthreadpool, run through the library's own adapter (`keepalloc_kernels::Pthreadpool`,
+// what a runtime would use to run keepalloc on the pool it gives XNNPACK).
 
 #[cfg(have_pthreadpool)]
 unsafe extern "C" {
@@ -363,24 +362,20 @@ unsafe extern "C" {
     fn pthreadpool_destroy(pool: *mut c_void);
     fn pthreadpool_parallelize_1d(
         pool: *mut c_void,
-        function: extern "C" fn(*mut c_void, usize),
+        function: keepalloc_kernels::PthreadpoolTask1d,
         context: *mut c_void,
         range: usize,
         flags: u32,
     );
+    fn pthreadpool_get_threads_count(pool: *mut c_void) -> usize;
 }
 
-/// A Debian pthreadpool of T threads (the caller included), destroyed on drop.
-///
-/// As a [`Parallel`] it runs each task through `pthreadpool_parallelize_1d`; a task that
-/// panics cannot unwind through C, so the process aborts with a message (the trait allows
-/// abort).
-pub struct PthreadPool(*mut c_void, usize);
-
-// SAFETY: pthreadpool is thread-safe; it serializes concurrent parallelize calls on one pool.
-unsafe impl Sync for PthreadPool {}
-// SAFETY: as above; the handle may be destroyed from any thread.
-unsafe impl Send for PthreadPool {}
+/// A Debian pthreadpool of T threads (the caller included), destroyed on drop; a
+/// [`Parallel`] through [`keepalloc_kernels::Pthreadpool`].
+pub struct PthreadPool {
+    #[cfg(have_pthreadpool)]
+    pool: keepalloc_kernels::Pthreadpool,
+}
 
 #[cfg(have_pthreadpool)]
 impl PthreadPool {
@@ -388,10 +383,21 @@ impl PthreadPool {
         // SAFETY: a plain constructor; NULL on failure.
         let p = unsafe { pthreadpool_create(threads) };
         if p.is_null() {
-            Err(format!("pthreadpool_create({threads}) failed"))
-        } else {
-            Ok(PthreadPool(p, threads))
+            return Err(format!("pthreadpool_create({threads}) failed"));
         }
+        // SAFETY: a live pool of the linked library, destroyed only in drop.
+        let pool = unsafe {
+            keepalloc_kernels::Pthreadpool::from_raw(
+                p,
+                pthreadpool_parallelize_1d,
+                pthreadpool_get_threads_count,
+            )
+        };
+        Ok(PthreadPool { pool })
+    }
+
+    fn raw(&self) -> *mut c_void {
+        self.pool.as_raw()
     }
 }
 
@@ -400,6 +406,10 @@ impl PthreadPool {
     fn new(_: usize) -> Result<PthreadPool, String> {
         Err("skipped (libpthreadpool-dev not installed)".into())
     }
+
+    fn raw(&self) -> *mut c_void {
+        core::ptr::null_mut()
+    }
 }
 
 impl Drop for PthreadPool {
@@ -407,32 +417,25 @@ impl Drop for PthreadPool {
         #[cfg(have_pthreadpool)]
         {
             // SAFETY: a pool from pthreadpool_create, destroyed once, no call in flight.
-            unsafe { pthreadpool_destroy(self.0) };
+            unsafe { pthreadpool_destroy(self.pool.as_raw()) };
         }
     }
 }
 
-/// `pthreadpool_parallelize_1d`'s callback: `ctx` is a `&&(dyn Fn(usize) + Sync)`.
-#[cfg(have_pthreadpool)]
-extern "C" fn call_task(ctx: *mut c_void, i: usize) {
-    // SAFETY: `run` passes a pointer to the task reference, alive for the whole call.
-    let task = unsafe { &*ctx.cast::<&(dyn Fn(usize) + Sync)>() };
-    if catch_unwind(AssertUnwindSafe(|| task(i))).is_err() {
-        eprintln!("a task panicked on a pthreadpool thread; a panic cannot cross C: aborting");
-        std::process::abort();
-    }
-}
-
 impl Parallel for PthreadPool {
+    #[cfg(have_pthreadpool)]
     fn threads(&self) -> usize {
-        self.1
+        self.pool.threads()
     }
 
     #[cfg(have_pthreadpool)]
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        let ctx: *const &(dyn Fn(usize) + Sync) = &task;
-        // SAFETY: a live pool; `ctx` outlives the call, which returns after every item ran.
-        unsafe { pthreadpool_parallelize_1d(self.0, call_task, ctx.cast_mut().cast(), tasks, 0) };
+        self.pool.run(tasks, task)
+    }
+
+    #[cfg(not(have_pthreadpool))]
+    fn threads(&self) -> usize {
+        1
     }
 
     #[cfg(not(have_pthreadpool))]
