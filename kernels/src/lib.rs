@@ -30,9 +30,10 @@
 //!
 //! Low-precision variants, named and created as XNNPACK's (each from its own descriptor,
 //! packed through the same table, with the same errors and allocation rules):
-//! [`FullyConnectedBf16F32`] (bf16 activations and weights, f32 accumulation; AVX512-BF16
-//! `vdpbf16ps`), [`FullyConnectedQd8F32Qc8w`] (activations quantized per row to int8 inside
-//! the run, int8 weights with per-channel scales; AVX512-VNNI / AVX-VNNI `vpdpbusd`) and
+//! [`FullyConnectedBf16F32`] (bf16 activations and weights, f32 accumulation; AMX-BF16
+//! `tdpbf16ps`, AVX512-BF16 `vdpbf16ps` or bf16 widened to f32 for FMA),
+//! [`FullyConnectedQd8F32Qc8w`] (activations quantized per row to int8 inside the run, int8
+//! weights with per-channel scales; AMX-INT8 `tdpbusd`, AVX512-VNNI / AVX-VNNI `vpdpbusd`) and
 //! [`FullyConnectedF32Qc8w`] (f32 activations, int8 weights widened in registers). They
 //! choose their kernels by [`DotIsa`], forced with `KEEPALLOC_KERNELS_DOT_ISA`
 //! ([`DOT_ISA_ENV`]).

@@ -237,7 +237,8 @@ thread_local! {
 ///   (guided: runs shrink to one task as the job drains), and the caller
 ///   waits only for tasks that were claimed, never for a worker that took none: a worker
 ///   descheduled before it claims (a busy machine) costs the run nothing, the caller takes
-///   its tasks; one descheduled in the middle of a task delays the run by that task.
+///   its tasks; one descheduled in the middle of its run of tasks delays the run by what is
+///   left of that run (at most the unclaimed count over twice the thread count).
 /// * **Concurrent callers** are serialized: a `run` from a second thread waits until the
 ///   first has finished (both complete; a pool is shared, never errors). A `run` from
 ///   inside one of this pool's own tasks (a nested parallel section) runs its tasks inline
