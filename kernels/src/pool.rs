@@ -63,25 +63,44 @@ pub const MAX_POOL_THREADS: usize = 1024;
 /// similar time.
 const SPIN: Duration = Duration::from_millis(1);
 
-/// The `next` half of [`Shared::state`] once a job is closed: no claim can succeed.
+/// The low half of [`Shared::state`] once a job is closed (front = back = `0xffff`): no
+/// claim can succeed.
 const CLOSED: u64 = u32::MAX as u64;
 
-/// Most tasks one `run` hands out at once (larger counts run in several rounds).
-const MAX_ROUND: usize = (u32::MAX - 1) as usize;
+/// Most tasks one `run` hands out at once (larger counts run in several rounds): the front
+/// and back claim indices are 16 bits each, and `0xffff` is reserved for [`CLOSED`].
+const MAX_ROUND: usize = 0xfffe;
+
+/// The front and back claim indices of a state.
+#[inline]
+fn ends(state: u64) -> (usize, usize) {
+    (((state >> 16) & 0xffff) as usize, (state & 0xffff) as usize)
+}
+
+/// A state of `tag` with claim indices `front` and `back`.
+#[inline]
+fn state_of(tag: u64, front: usize, back: usize) -> u64 {
+    (tag << 32) | ((front as u64) << 16) | back as u64
+}
 
 /// The block every thread of one pool shares, allocated through the table.
 ///
-/// The protocol: `state` is `(tag << 32) | next`. A caller writes the job (`job`, `tasks`)
-/// while the state is closed (`next == CLOSED`), then publishes `(tag + 1, 0)`. A thread
-/// claims task `i` by moving `(tag, i)` to `(tag, i + 1)` with a compare-and-swap, only while
-/// `i < tasks`; it reads the job seqlock-style (state, job, fence, state again) before it
-/// claims, so a successful claim proves the job it read is the current one and still
-/// running (the caller waits until `done == tasks`, then closes the state before it writes
-/// another job). So the caller never waits for a worker that took no task: a worker that
-/// is descheduled when a job starts simply finds nothing left to claim when it wakes.
+/// The protocol: `state` is `(tag << 32) | (front << 16) | back`; tasks `front .. back` are
+/// unclaimed. A caller writes the job (`job`, `tasks`) while the state is closed (low half
+/// [`CLOSED`]), then publishes `(tag + 1, 0, tasks)`. The caller claims from the front and
+/// the workers from the back, each a run of tasks at a time with a compare-and-swap, only
+/// while `front < back`; so with two threads the caller takes the first tasks and the
+/// worker the last ones, the same split run after run (each thread finds the weights of
+/// its share still in its own cache when an operator runs again), and they meet wherever
+/// the faster one gets to. A thread reads the job seqlock-style (state, job, fence, state
+/// again) before it claims, so a successful claim proves the job it read is the current
+/// one and still running (the caller waits until `done == tasks`, then closes the state
+/// before it writes another job). So the caller never waits for a worker that took no
+/// task: a worker that is descheduled when a job starts simply finds nothing left to claim
+/// when it wakes.
 #[repr(C, align(64))]
 struct Shared {
-    /// `(tag << 32) | next`, on a cache line of its own.
+    /// `(tag << 32) | (front << 16) | back`, on a cache line of its own.
     state: Padded<AtomicU64>,
     /// Tasks of the current job that have finished (or were skipped after a panic).
     done: Padded<AtomicUsize>,
@@ -142,51 +161,60 @@ impl Shared {
         }
     }
 
-    /// Claims and runs tasks of the job tagged `tag` until none is left, catching panics.
-    /// `task` and `tasks` are that job's (the caller's own, or read by [`Shared::read_job`]).
+    /// Claims and runs tasks of the job tagged `tag` until none is left, catching panics;
+    /// from the front of the unclaimed range (the caller) or from its back (the workers).
+    /// `task` and `tasks` are that job's (the caller's own, or read by the worker).
     ///
     /// Tasks are claimed in runs of consecutive indices that shrink as the job drains
     /// (guided scheduling: a run is the unclaimed count divided by twice the thread count,
     /// at least one), so a job of many small tasks costs a few compare-and-swaps per thread
     /// instead of one per task, while the last tasks are still handed out one at a time to
     /// whichever thread is free. Finished tasks are counted once per run.
-    fn work(&self, tag: u64, task: &(dyn Fn(usize) + Sync), tasks: usize) {
+    fn work(&self, tag: u64, task: &(dyn Fn(usize) + Sync), tasks: usize, from_back: bool) {
         let outer = IN_TASK.replace(self as *const Shared as usize);
         let _restore = Restore(outer);
         let share = 2 * (self.workers + 1);
         let mut st = self.state.0.load(Ordering::Relaxed);
         loop {
-            let i = (st & CLOSED) as usize;
-            if st >> 32 != tag || i >= tasks {
+            let (front, back) = ends(st);
+            if st >> 32 != tag || st & CLOSED == CLOSED || front >= back || back > tasks {
                 return;
             }
-            let run = ((tasks - i) / share).max(1);
-            if let Err(now) = self.state.0.compare_exchange_weak(
-                st,
-                st + run as u64,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            let run = ((back - front) / share).max(1);
+            let (first, new) = if from_back {
+                (back - run, state_of(tag, front, back - run))
+            } else {
+                (front, state_of(tag, front + run, back))
+            };
+            if let Err(now) =
+                self.state
+                    .0
+                    .compare_exchange_weak(st, new, Ordering::Acquire, Ordering::Relaxed)
+            {
                 st = now;
                 continue;
             }
             let mut finished = 0;
-            for j in i..i + run {
+            for j in first..first + run {
                 finished += 1;
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(j))) {
                     // Skip the rest of this run and the tasks nobody claimed (all counted
                     // as done); keep the first payload.
-                    finished += i + run - j - 1;
+                    finished += first + run - j - 1;
                     let mut cur = self.state.0.load(Ordering::Relaxed);
-                    while cur >> 32 == tag && ((cur & CLOSED) as usize) < tasks {
+                    loop {
+                        let (f, b) = ends(cur);
+                        if cur >> 32 != tag || cur & CLOSED == CLOSED || f >= b {
+                            break;
+                        }
                         match self.state.0.compare_exchange_weak(
                             cur,
-                            (tag << 32) | tasks as u64,
+                            state_of(tag, b, b),
                             Ordering::Relaxed,
                             Ordering::Relaxed,
                         ) {
                             Ok(_) => {
-                                finished += tasks - (cur & CLOSED) as usize;
+                                finished += b - f;
                                 break;
                             }
                             Err(now) => cur = now,
@@ -234,7 +262,9 @@ thread_local! {
 ///   on a condition variable (std's futex-based `Mutex`/`Condvar`, which allocate
 ///   nothing), so back-to-back runs wake them in well under a microsecond and an idle pool
 ///   costs no CPU. Tasks are claimed in runs of consecutive indices with a compare-and-swap
-///   (guided: runs shrink to one task as the job drains), and the caller
+///   (guided: runs shrink to one task as the job drains), the caller from the front of the
+///   job and the workers from its back (so each thread gets the same share run after run,
+///   and finds its weights in its own cache), and the caller
 ///   waits only for tasks that were claimed, never for a worker that took none: a worker
 ///   descheduled before it claims (a busy machine) costs the run nothing, the caller takes
 ///   its tasks; one descheduled in the middle of its run of tasks delays the run by what is
@@ -382,7 +412,7 @@ impl Parallel for ThreadPool {
         let guard = s.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut start = 0;
         while start < tasks {
-            // Rounds of at most MAX_ROUND tasks (the claim counter is 32 bits).
+            // Rounds of at most MAX_ROUND tasks (the claim indices are 16 bits).
             let round = (tasks - start).min(MAX_ROUND);
             let shifted = |i: usize| task(start + i);
             let job: &(dyn Fn(usize) + Sync) = &shifted;
@@ -396,8 +426,8 @@ impl Parallel for ThreadPool {
             );
             s.tasks.store(round, Ordering::Relaxed);
             s.done.0.store(0, Ordering::Relaxed);
-            s.publish(tag << 32);
-            s.work(tag, job, round);
+            s.publish(state_of(tag, 0, round));
+            s.work(tag, job, round, false);
             wait_until(
                 || s.done.0.load(Ordering::Acquire) == round,
                 || {
@@ -515,7 +545,7 @@ fn worker(s: &Shared) {
             let f = unsafe { *(job as *const &(dyn Fn(usize) + Sync)) };
             f(i)
         };
-        s.work(seen, &task, tasks);
+        s.work(seen, &task, tasks, true);
     }
 }
 

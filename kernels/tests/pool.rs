@@ -42,6 +42,9 @@ fn every_task_runs_exactly_once() {
         }
     }
     assert!(counts(&Sequential, 5).iter().all(|&c| c == 1));
+    // More tasks than one round hands out (65,534): several rounds, each task once.
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    assert!(counts(&pool, 200_000).iter().all(|&c| c == 1));
 }
 
 #[test]
