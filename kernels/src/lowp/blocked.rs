@@ -577,6 +577,8 @@ pub(super) unsafe fn qd8_amx(job: &Job) {
         // SAFETY: forwarded (caller).
         return unsafe { qd8_with(job, false) };
     }
+    // The driver quantizes (and pads) the rows itself on AMX (`quantizes_in_driver`).
+    debug_assert!(!job.x.is_null());
     // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
     unsafe { super::amx::load(&CONFIG) };
     // SAFETY: forwarded (caller); the configuration is loaded on this thread.
@@ -595,9 +597,14 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
     let panel = panel_bytes(Kind::Qd8F32Qc8w, NR_QD8, job.k);
     let panels = job.n.div_ceil(NR_QD8);
     let words = job.k.div_ceil(4);
-    // K steps of 16 words through the tiles (the rest, and the epilogue, by VNNI).
-    let groups = if amx { words / STEP_WORDS } else { 0 };
-    let amx_words = groups * STEP_WORDS;
+    // K in steps of 16 words through the tiles, the last one reaching past K: the rows'
+    // quantized bytes from K to the end of the step are zeroed below, so whatever the
+    // panel holds there (the next panel's header and weights, or the block's zeroed
+    // slack after the last panel) adds nothing. The VNNI microkernel then only applies
+    // the epilogue.
+    let groups = if amx { words.div_ceil(STEP_WORDS) } else { 0 };
+    let amx_words = words;
+    let amx_bytes = groups * STEP_WORDS * 4;
     let row = 4 * NR_QD8;
     // Rows per chunk: their quantized A (read once per panel) stays within half of L2, and
     // their partial sums within the stack buffer.
@@ -658,6 +665,20 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
                     job.lda,
                     job.rows.add(r0).cast_mut(),
                 );
+            }
+            if groups > 0 {
+                for r in 0..rows {
+                    // Bytes 4·words .. amx_bytes of the row lie within its `lda` bytes
+                    // (`lda` is K rounded up to whole cache lines, and so is `amx_bytes`).
+                    // SAFETY: inside row r0 + r of the workspace's A (caller).
+                    unsafe {
+                        core::ptr::write_bytes(
+                            job.a.add((r0 + r) * job.lda + 4 * words).cast_mut(),
+                            0,
+                            amx_bytes - 4 * words,
+                        );
+                    }
+                }
             }
         }
         for p in 0..panels {
@@ -1039,8 +1060,9 @@ mod tests {
     #[test]
     fn qd8_amx_blocks_edges_and_k_tails_are_bit_identical_to_scalar() {
         // Rows: under one 16-row block, exact 16/32-row blocks, blocks plus VNNI rows, and
-        // two row chunks (140); K: under one 64-value step (no AMX), exact steps, steps
-        // plus a tail of words, a tail inside a word, and two VNNI K blocks after AMX; N:
+        // two row chunks (140); K: under one 64-value step (no AMX), exact steps, and steps
+        // whose last one reaches past K (into the next panel, or the slack after the last
+        // one, against zeroed activation bytes: the workspace starts full of garbage); N:
         // one full panel and an edge.
         if !DotIsa::Amx.is_supported() {
             eprintln!("AMX-INT8 not available here: test skipped");
@@ -1072,7 +1094,7 @@ mod tests {
                         .with_isa(isa),
                 )
                 .unwrap();
-                let mut ws = vec![0u8; op.workspace_size(m).unwrap()];
+                let mut ws = vec![0xab_u8; op.workspace_size(m).unwrap()];
                 let mut y = vec![f32::NAN; m * n];
                 op.run(m, &x, &mut y, &mut ws).unwrap();
                 y

@@ -11,6 +11,10 @@ use crate::error::KernelError;
 /// `K · 255 · 128 < 2³¹` (see the AVX-512 kernel's notes).
 pub(crate) const QD8_MAX_K: usize = 65_536;
 
+/// Zeroed bytes after the packed panels of a qd8 operator on AMX: 16 word rows of 256 bytes,
+/// more than a tile step can read past the last panel's K.
+const AMX_QD8_SLACK: usize = 16 * 256;
+
 /// The descriptor fields every kind has, borrowed from its descriptor.
 pub(crate) struct Common<'a> {
     pub k: usize,
@@ -127,9 +131,20 @@ impl Core {
         if min.is_nan() || max.is_nan() || min > max {
             return Err(KernelError::InvalidRange { min, max });
         }
-        let mut packed = TableBuf::zeroed(table, bytes / size_of::<f32>())?;
-        debug_assert_eq!(packed.bytes(), bytes);
-        pack(packed.as_bytes_mut(), nr);
+        // qd8 on AMX reads whole 16-word tile steps: up to 15 word rows (of 256 bytes) past
+        // the last panel's K, against zeroed activation bytes (see `blocked::qd8_with`).
+        let slack = if kind == Kind::Qd8F32Qc8w && isa == DotIsa::Amx {
+            AMX_QD8_SLACK
+        } else {
+            0
+        };
+        let total = bytes
+            .checked_add(slack)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(bad_channels)?;
+        let mut packed = TableBuf::zeroed(table, total / size_of::<f32>())?;
+        debug_assert_eq!(packed.bytes(), total);
+        pack(&mut packed.as_bytes_mut()[..bytes], nr);
         Ok(Core {
             packed,
             kind,
