@@ -9,10 +9,11 @@
 //! same unsigned bytes by the same signed weights), the same packed panels (64 columns, each
 //! 4-byte word row 256 bytes long: a 16-column slice of 16 word rows is one B tile, loaded
 //! with a 256-byte stride), and the same i32 partial sums on the driver's stack. A block
-//! computes 32 rows × 64 columns over the whole K rounded down to 64, as two 32 × 32 halves
-//! of four C tiles (two A tiles, two B tiles); the AVX512-VNNI microkernel then adds the
-//! last words of K (fewer than 16) and applies the epilogue. Every sum is an exact i32, so
-//! the output is bit-identical to the AVX512-VNNI and scalar kernels.
+//! computes 32 rows × 64 columns over the whole K rounded up to 64, as two 32 × 32 halves
+//! of four C tiles (two A tiles, two B tiles): the activation bytes past K are zeroed, so
+//! whatever the panel holds past its K (the next panel, or the zeroed slack after the last
+//! one) adds nothing. The AVX512-VNNI microkernel then applies the epilogue. Every sum is an
+//! exact i32, so the output is bit-identical to the AVX512-VNNI and scalar kernels.
 //!
 //! Linux gives a thread the AMX tile state only after the process asked for it
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`supported`] asks once, and the

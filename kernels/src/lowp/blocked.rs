@@ -32,9 +32,9 @@
 //!   and clamps. The rows left over (under 16) run the AVX-512 path.
 //! * qd8 on AMX-INT8 (`DotIsa::Amx`, the default where the CPU and the kernel allow it): the
 //!   same driver, quantization, packing and epilogue; in each panel, every full block of 32
-//!   rows (then one of 16) of a chunk is multiplied by `tdpbusd` over K rounded down to 64
-//!   (see `amx.rs`), its sums stored to the stack partial sums, and the VNNI microkernel
-//!   adds the remaining words and applies the epilogue; the rows left over (under 16) run
+//!   rows (then one of 16) of a chunk is multiplied by `tdpbusd` over K rounded up to 64
+//!   (the quantized bytes past K zeroed; see `amx.rs`), its sums stored to the stack partial
+//!   sums, and the VNNI microkernel applies the epilogue; the rows left over (under 16) run
 //!   the VNNI path. Bit-identical to the VNNI and scalar kernels.
 //!
 //! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
@@ -565,7 +565,7 @@ pub(super) unsafe fn qd8(job: &Job) {
 }
 
 /// Runs a `qd8_f32_qc8w` job on AMX-INT8: [`qd8`] with the rows of every full block of 32
-/// (or 16) multiplied by `tdpbusd` over K rounded down to 64 (see `amx`).
+/// (or 16) multiplied by `tdpbusd` over K rounded up to 64 (see `amx`).
 ///
 /// # Safety
 /// As [`qd8`], and `amx::supported()` returned true.
