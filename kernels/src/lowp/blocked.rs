@@ -1029,32 +1029,7 @@ mod tests {
         if !DotIsa::Avx512Vnni.is_supported() {
             return;
         }
-        let (m, k, n) = (140, 4500, 130);
-        let x = values(m * k, 4);
-        let w: Vec<i8> = values(n * k, 5)
-            .iter()
-            .map(|&v| (v * 127.0) as i8)
-            .collect();
-        let scales: Vec<f32> = values(n, 6).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
-        let bias = values(n, 7);
-        let run = |isa: DotIsa| {
-            let op = FullyConnectedQd8F32Qc8w::create_with_table(
-                &TABLE,
-                &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
-                    .with_bias(&bias)
-                    .with_range(-2.0, 3.0)
-                    .with_isa(isa),
-            )
-            .unwrap();
-            let mut ws = vec![0u8; op.workspace_size(m).unwrap()];
-            let mut y = vec![f32::NAN; m * n];
-            op.run(m, &x, &mut y, &mut ws).unwrap();
-            y
-        };
-        let (vnni, scalar) = (run(DotIsa::Avx512Vnni), run(DotIsa::Scalar));
-        for (i, (a, b)) in vnni.iter().zip(&scalar).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "output {i}: {a} against {b}");
-        }
+        qd8_matches_scalar(DotIsa::Avx512Vnni, 140, 4500, 130);
     }
 
     #[test]
@@ -1078,35 +1053,41 @@ mod tests {
             (50, 4500, 130),
             (140, 257, 70),
         ] {
-            let x = values(m * k, 8 + m as u64);
-            let w: Vec<i8> = values(n * k, 9 + k as u64)
-                .iter()
-                .map(|&v| (v * 127.0) as i8)
-                .collect();
-            let scales: Vec<f32> = values(n, 6).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
-            let bias = values(n, 7);
-            let run = |isa: DotIsa| {
-                let op = FullyConnectedQd8F32Qc8w::create_with_table(
-                    &TABLE,
-                    &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
-                        .with_bias(&bias)
-                        .with_range(-2.0, 3.0)
-                        .with_isa(isa),
-                )
-                .unwrap();
-                let mut ws = vec![0xab_u8; op.workspace_size(m).unwrap()];
-                let mut y = vec![f32::NAN; m * n];
-                op.run(m, &x, &mut y, &mut ws).unwrap();
-                y
-            };
-            let (amx, scalar) = (run(DotIsa::Amx), run(DotIsa::Scalar));
-            for (i, (a, b)) in amx.iter().zip(&scalar).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{m}x{k}x{n} output {i}: {a} against {b}"
-                );
-            }
+            qd8_matches_scalar(DotIsa::Amx, m, k, n);
+        }
+    }
+
+    /// Runs a qd8 operator on `isa` and on the scalar kernels, each with a workspace full
+    /// of garbage, and requires bit-identical outputs.
+    fn qd8_matches_scalar(isa: DotIsa, m: usize, k: usize, n: usize) {
+        let x = values(m * k, 8 + m as u64);
+        let w: Vec<i8> = values(n * k, 9 + k as u64)
+            .iter()
+            .map(|&v| (v * 127.0) as i8)
+            .collect();
+        let scales: Vec<f32> = values(n, 6).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
+        let bias = values(n, 7);
+        let run = |isa: DotIsa| {
+            let op = FullyConnectedQd8F32Qc8w::create_with_table(
+                &TABLE,
+                &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
+                    .with_bias(&bias)
+                    .with_range(-2.0, 3.0)
+                    .with_isa(isa),
+            )
+            .unwrap();
+            let mut ws = vec![0xab_u8; op.workspace_size(m).unwrap()];
+            let mut y = vec![f32::NAN; m * n];
+            op.run(m, &x, &mut y, &mut ws).unwrap();
+            y
+        };
+        let (got, scalar) = (run(isa), run(DotIsa::Scalar));
+        for (i, (a, b)) in got.iter().zip(&scalar).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{isa} {m}x{k}x{n} output {i}: {a} against {b}"
+            );
         }
     }
 }
