@@ -603,7 +603,6 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
     // slack after the last panel) adds nothing. The VNNI microkernel then only applies
     // the epilogue.
     let groups = if amx { words.div_ceil(STEP_WORDS) } else { 0 };
-    let amx_words = words;
     let amx_bytes = groups * STEP_WORDS * 4;
     let row = 4 * NR_QD8;
     // Rows per chunk: their quantized A (read once per panel) stays within half of L2, and
@@ -706,18 +705,18 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
                         super::amx::block16(a, job.lda, w, groups, part);
                     }
                 }
-                // The rest of K (under 16 words) and the epilogue, six rows a call.
+                // The epilogue (no K left: zero steps), six rows a call.
                 for (t0, mr) in Tiles::new(height, MR_QD8).iter() {
                     let m = m0 + t0;
-                    // SAFETY: rows r0+m.. of A, of C, of the row parameters and of the
-                    // partial sums, and the panel's remaining word rows, are in bounds.
+                    // SAFETY: rows r0+m.. of C, of the row parameters and of the partial
+                    // sums, and the panel's header, are in bounds; no A or weight is read.
                     unsafe {
                         let b = Blk {
-                            a: job.a.add((r0 + m) * job.lda + 4 * amx_words),
+                            a: job.a.add((r0 + m) * job.lda),
                             lda: job.lda,
                             panel: base,
-                            w: base.add(3 * row + amx_words * row),
-                            steps: words - amx_words,
+                            w: base.add(3 * row),
+                            steps: 0,
                             c: job.c.add((r0 + m) * job.ldc + p * NR_QD8),
                             ldc: job.ldc,
                             nvalid,
