@@ -53,6 +53,7 @@ pub type PthreadpoolGetThreadsCount = unsafe extern "C" fn(pool: *mut c_void) ->
 ///     _flags: u32,
 /// ) {
 ///     for i in 0..range {
+///         // SAFETY: the caller's task and context, called as pthreadpool would.
 ///         unsafe { f(ctx, i) };
 ///     }
 /// }

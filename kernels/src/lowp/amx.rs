@@ -143,10 +143,11 @@ pub(super) unsafe fn release() {
     unsafe { asm!("tilerelease", options(nostack, nomem, preserves_flags)) }
 }
 
-/// `part[r][c] += Σ_k a[r][k] · w[k][c]` for 32 rows and 64 columns over `groups` steps of
+/// `part[r][c] = Σ_k a[r][k] · w[k][c]` for 32 rows and 64 columns over `groups` steps of
 /// 16 words: `a` is 32 rows of `64 · groups` unsigned bytes, `lda` apart; `w` is `16 ·
-/// groups` packed word rows of 256 bytes (64 columns × 4 signed bytes); `part` is 32 rows of
-/// 64 i32, 256 bytes apart (overwritten, not accumulated).
+/// groups` readable word rows of 256 bytes (64 columns × 4 signed bytes; rows past the
+/// panel's K may hold anything, their activation bytes being zero); `part` is 32 rows of 64
+/// i32, 256 bytes apart (overwritten, not accumulated).
 ///
 /// # Safety
 /// The configuration of [`Config::new`] is loaded on this thread; the buffers are as
