@@ -78,8 +78,8 @@ pub struct Pthreadpool {
     threads: usize,
 }
 
-// SAFETY: pthreadpool may be called from any thread and serializes concurrent
-// `parallelize` calls on one pool itself; the handle is only passed back to it.
+// pthreadpool serializes concurrent `parallelize` calls on one pool itself.
+// SAFETY: pthreadpool may be called from any thread; the handle is only passed back to it.
 unsafe impl Send for Pthreadpool {}
 // SAFETY: as above.
 unsafe impl Sync for Pthreadpool {}
@@ -122,8 +122,8 @@ struct Context<'a> {
 
 /// The `pthreadpool_task_1d_t` of every run: runs task `i` unless one has panicked.
 unsafe extern "C" fn call_task(context: *mut c_void, i: usize) {
-    // SAFETY: `run` passes its `Context`, alive until `pthreadpool_parallelize_1d` returns,
-    // which is after every call of this function.
+    // `pthreadpool_parallelize_1d` returns after every call of this function.
+    // SAFETY: `run` passes its `Context`, alive until that call returns.
     let ctx = unsafe { &*context.cast_const().cast::<Context<'_>>() };
     if ctx.failed.load(Ordering::Relaxed) {
         return;
@@ -148,9 +148,9 @@ impl Parallel for Pthreadpool {
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
         };
-        // SAFETY: a live pool of this library (`from_raw`'s contract); `call_task` matches
-        // `pthreadpool_task_1d_t` and `ctx` outlives the call, which returns after every
-        // item has run; flags 0.
+        // `call_task` matches `pthreadpool_task_1d_t`; the call returns after every item has
+        // run, so `ctx` outlives it; flags 0.
+        // SAFETY: a live pool of this library (`from_raw`'s contract); see above.
         unsafe {
             (self.parallelize_1d)(
                 self.pool,

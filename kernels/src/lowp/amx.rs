@@ -100,8 +100,9 @@ fn detect() -> bool {
     const SYS_ARCH_PRCTL: core::ffi::c_long = 158;
     const ARCH_REQ_XCOMP_PERM: core::ffi::c_long = 0x1023;
     const XFEATURE_XTILEDATA: core::ffi::c_long = 18;
-    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM, 18) only changes which XSAVE features this
-    // process may use; it reads and writes no memory of ours.
+    // arch_prctl(ARCH_REQ_XCOMP_PERM, 18) only changes which XSAVE features this process may
+    // use.
+    // SAFETY: a syscall that reads and writes no memory of ours.
     unsafe { syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
 }
 
@@ -127,8 +128,8 @@ unsafe fn xgetbv0() -> u64 {
 /// [`supported`] returned true.
 #[inline]
 pub(super) unsafe fn load(cfg: &Config) {
-    // SAFETY: AMX is enabled and permitted (caller); `cfg` is 64 readable bytes of a valid
-    // palette-1 configuration.
+    // `cfg` is 64 readable bytes of a valid palette-1 configuration.
+    // SAFETY: AMX is enabled and permitted (caller); `cfg` is valid (above).
     unsafe { asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly, preserves_flags)) }
 }
 
@@ -156,10 +157,11 @@ pub(super) unsafe fn release() {
 pub(super) unsafe fn block(a: *const u8, lda: usize, w: *const u8, groups: usize, part: *mut i32) {
     const LDW: usize = 256;
     for half in 0..2 {
-        // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes
-        // 0..64·groups) and the packed rows (columns 32·half .. 32·half + 32 of word rows
-        // 0..16·groups); the stores write 16-row × 64-byte tiles inside `part` (rows 0..32,
-        // columns 32·half .. 32·half + 32).
+        // The loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes 0..64·groups) and
+        // the packed rows (columns 32·half .. 32·half + 32 of word rows 0..16·groups); the
+        // stores write 16-row × 64-byte tiles inside `part` (rows 0..32, columns 32·half ..
+        // 32·half + 32).
+        // SAFETY: every tile access stays inside the buffers the caller vouches for (above).
         unsafe {
             asm!(
                 "tilezero tmm0",
@@ -213,9 +215,10 @@ pub(super) unsafe fn block16(
     part: *mut i32,
 ) {
     const LDW: usize = 256;
-    // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..16, bytes
-    // 0..64·groups) and the packed rows (word rows 0..16·groups, all 64 columns); the
-    // stores write the four 16-row × 64-byte tiles of `part`.
+    // The loads read 16-row × 64-byte tiles inside A (rows 0..16, bytes 0..64·groups) and the
+    // packed rows (word rows 0..16·groups, all 64 columns); the stores write the four 16-row
+    // × 64-byte tiles of `part`.
+    // SAFETY: every tile access stays inside the buffers the caller vouches for (above).
     unsafe {
         asm!(
             "tilezero tmm0",
@@ -274,9 +277,10 @@ pub(super) unsafe fn block_bf16(
     ldc: usize,
 ) {
     const LDW: usize = 128;
-    // SAFETY: the loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes 0..64·groups),
-    // the packed pair rows (0..16·groups, all 32 columns) and the bias (64 bytes each, stride
-    // 0); the stores write 16-row × 64-byte tiles inside C (rows 0..32, columns 0..32).
+    // The loads read 16-row × 64-byte tiles inside A (rows 0..32, bytes 0..64·groups), the
+    // packed pair rows (0..16·groups, all 32 columns) and the bias (64 bytes each, stride 0);
+    // the stores write 16-row × 64-byte tiles inside C (rows 0..32, columns 0..32).
+    // SAFETY: every tile access stays inside the buffers the caller vouches for (above).
     unsafe {
         asm!(
             "tileloadd tmm0, [{bias} + {zero} * 1]",

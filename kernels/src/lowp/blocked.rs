@@ -708,8 +708,8 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
                 // The epilogue (no K left: zero steps), six rows a call.
                 for (t0, mr) in Tiles::new(height, MR_QD8).iter() {
                     let m = m0 + t0;
-                    // SAFETY: rows r0+m.. of C, of the row parameters and of the partial
-                    // sums, and the panel's header, are in bounds; no A or weight is read.
+                    // No A or weight is read (zero steps).
+                    // SAFETY: rows r0+m.. of C, row parameters and sums, the header: in bounds.
                     unsafe {
                         let b = Blk {
                             a: job.a.add((r0 + m) * job.lda),
