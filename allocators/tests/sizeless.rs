@@ -4,95 +4,19 @@
 //! are the backend's own pointers (no header in front), and `Counting`'s usable-size accounting
 //! balancing to zero.
 
-use core::alloc::{GlobalAlloc, Layout};
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod common;
 
+use core::alloc::Layout;
+
+use common::Tracked;
 use keepalloc_allocators::conformance::{self, Options};
-use keepalloc_allocators::{AllocatorTable, Counting, SizelessFree};
+use keepalloc_allocators::{AllocatorTable, Counting};
 
 const OPTS: Options = if cfg!(miri) {
     Options::MIRI
 } else {
     Options::QUICK
 };
-
-/// `std::alloc::System` behind a side table of live blocks: it frees and measures from the
-/// pointer alone, and any pointer it did not hand out (a header offset, a double free) panics.
-struct Tracked {
-    live: Mutex<Option<HashMap<usize, Layout>>>,
-}
-
-impl Tracked {
-    const fn new() -> Self {
-        Tracked {
-            live: Mutex::new(None),
-        }
-    }
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<usize, Layout>) -> T) -> T {
-        f(self.live.lock().unwrap().get_or_insert_with(HashMap::new))
-    }
-    fn live_blocks(&self) -> usize {
-        self.with(|m| m.len())
-    }
-    fn layout_of(&self, ptr: *mut u8) -> Layout {
-        self.with(|m| {
-            *m.get(&(ptr as usize))
-                .expect("not a live block of this backend")
-        })
-    }
-    fn record(&self, p: *mut u8, layout: Layout) -> *mut u8 {
-        if !p.is_null() {
-            self.with(|m| m.insert(p as usize, layout));
-        }
-        p
-    }
-    fn raw_alloc(&self, size: usize, align: usize) -> *mut u8 {
-        let Ok(layout) = Layout::from_size_align(size.max(1), align) else {
-            return core::ptr::null_mut();
-        };
-        // SAFETY: the layout has a non-zero size.
-        self.record(unsafe { std::alloc::System.alloc(layout) }, layout)
-    }
-}
-
-// SAFETY: blocks come from `std::alloc::System` with the recorded layout (at least 16-aligned
-// or `align`-aligned, as asked); realloc keeps the contents and the old block on failure; free
-// and usable_size use the recorded layout, which does not change while the block is live.
-unsafe impl SizelessFree for Tracked {
-    fn alloc(&self, size: usize) -> *mut u8 {
-        self.raw_alloc(size, 16)
-    }
-    fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8 {
-        self.raw_alloc(size, align)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
-        // SAFETY: same promises as `realloc_aligned`, at the table's minimum alignment.
-        unsafe { self.realloc_aligned(ptr, size, 16) }
-    }
-    unsafe fn realloc_aligned(&self, ptr: *mut u8, size: usize, align: usize) -> *mut u8 {
-        let old = self.layout_of(ptr);
-        let fresh = self.raw_alloc(size, align);
-        if !fresh.is_null() {
-            // SAFETY: both blocks are live and distinct; the old one is freed once.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr, fresh, old.size().min(size));
-                self.free(ptr);
-            }
-        }
-        fresh
-    }
-    unsafe fn free(&self, ptr: *mut u8) {
-        let layout = self
-            .with(|m| m.remove(&(ptr as usize)))
-            .expect("freed a pointer this backend did not hand out");
-        // SAFETY: `ptr` was allocated by `System` with `layout`, and is freed once.
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-    unsafe fn usable_size(&self, ptr: *mut u8) -> usize {
-        self.layout_of(ptr).size()
-    }
-}
 
 #[test]
 fn a_headerless_table_keeps_the_whole_contract_and_the_counts_balance() {
