@@ -25,7 +25,6 @@ use keepalloc_kernels::{
 
 use crate::probe::{self, DotPeak};
 use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
-use crate::{ROUNDS, Timing};
 
 /// A low-precision operator kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -335,28 +334,13 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 .iter()
                 .map(|&lib| (lib, runner(kind, lib, &d, xnn)))
                 .collect();
-            let mut timings: Vec<Option<(Timing, usize)>> = runners
-                .iter_mut()
-                .map(|(_, r)| {
-                    let run = r.as_mut().ok()?;
-                    let (t, sample) = Timing::calibrate(run, &mut out);
-                    let per_round = (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos())
-                        .clamp(3, 300) as usize;
-                    Some((t, per_round))
-                })
-                .collect();
-            for _ in 0..ROUNDS {
-                for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-                    if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
-                        t.sample(run, &mut out, flops, *per_round);
-                    }
-                }
-            }
+            let medians =
+                crate::median_gflops(&mut runners, &mut out, flops, budget, Duration::ZERO);
             let reference = d.reference(kind);
             let mut cells = Vec::new();
-            for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-                let cell = match (r, t) {
-                    (Ok(run), Some((t, _))) => {
+            for ((lib, r), median) in runners.iter_mut().zip(medians) {
+                let cell = match (r, median) {
+                    (Ok(run), Some(median)) => {
                         out.fill(f32::NAN);
                         run(&mut out);
                         // The f32 baseline rounds its products differently: twice the rule.
@@ -370,7 +354,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                             all_ok = false;
                             eprintln!("WRONG: {} {} on {m}x{k}x{n}", lib.name(), kind.name());
                         }
-                        (*lib, Ok(t.median()), ok)
+                        (*lib, Ok(median), ok)
                     }
                     (Err(why), _) => (*lib, Err(why.clone()), true),
                     (Ok(_), None) => unreachable!("every runner is calibrated"),

@@ -227,6 +227,42 @@ impl Timing {
     }
 }
 
+/// Times every runner that was built, in [`ROUNDS`] rounds in which each takes its turn
+/// (after sleeping `pause`), about `budget` in all per runner; returns each runner's median
+/// GFLOPS, `None` for a runner that could not be built.
+fn median_gflops<L>(
+    runners: &mut [(L, Result<peers::Runner<'_>, String>)],
+    out: &mut [f32],
+    flops: f64,
+    budget: Duration,
+    pause: Duration,
+) -> Vec<Option<f64>> {
+    let mut timings: Vec<Option<(Timing, usize)>> = runners
+        .iter_mut()
+        .map(|(_, r)| {
+            let run = r.as_mut().ok()?;
+            let (t, sample) = Timing::calibrate(run, out);
+            let per_round =
+                (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
+            Some((t, per_round))
+        })
+        .collect();
+    for _ in 0..ROUNDS {
+        for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+            if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+                t.sample(run, out, flops, *per_round);
+            }
+        }
+    }
+    timings
+        .iter_mut()
+        .map(|t| t.as_mut().map(|(t, _)| t.median()))
+        .collect()
+}
+
 fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
     reference.iter().enumerate().all(|(i, &(want, tol))| {
         let want = if bias {
@@ -347,28 +383,12 @@ fn run_f32(o: &Options) -> ExitCode {
             .iter()
             .map(|&lib| (lib, peers::runner(lib, &d)))
             .collect();
-        let mut timings: Vec<Option<(Timing, usize)>> = runners
-            .iter_mut()
-            .map(|(_, r)| {
-                let run = r.as_mut().ok()?;
-                let (t, sample) = Timing::calibrate(run, &mut out);
-                let per_round = (o.budget.as_nanos() / ROUNDS as u128 / sample.as_nanos())
-                    .clamp(3, 300) as usize;
-                Some((t, per_round))
-            })
-            .collect();
-        for _ in 0..ROUNDS {
-            for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-                if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
-                    t.sample(run, &mut out, flops, *per_round);
-                }
-            }
-        }
+        let medians = median_gflops(&mut runners, &mut out, flops, o.budget, Duration::ZERO);
         let mut cells = Vec::new();
-        for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+        for ((lib, r), median) in runners.iter_mut().zip(medians) {
             let lib = *lib;
-            let cell = match (r, t) {
-                (Ok(run), Some((t, _))) => {
+            let cell = match (r, median) {
+                (Ok(run), Some(median)) => {
                     out.fill(f32::NAN);
                     run(&mut out);
                     let correct = check(&d, &reference, &out, lib.adds_bias());
@@ -377,7 +397,7 @@ fn run_f32(o: &Options) -> ExitCode {
                     }
                     Cell {
                         lib,
-                        gflops: Ok(t.median()),
+                        gflops: Ok(median),
                         correct,
                     }
                 }

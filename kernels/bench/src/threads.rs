@@ -25,8 +25,8 @@ use std::time::Duration;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
+use crate::check;
 use crate::peers::{Data, Runner};
-use crate::{ROUNDS, Timing, check};
 
 /// A column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -178,39 +178,22 @@ pub fn run(
             .iter()
             .map(|&p| (p, runner(p, &d, &pools, threads)))
             .collect();
-        let mut timings: Vec<Option<(Timing, usize)>> = runners
-            .iter_mut()
-            .map(|(_, r)| {
-                let run = r.as_mut().ok()?;
-                let (t, sample) = Timing::calibrate(run, &mut out);
-                let per_round =
-                    (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
-                Some((t, per_round))
-            })
-            .collect();
-        for _ in 0..ROUNDS {
-            for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-                if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
-                    // Let the previous library's spinning workers go to sleep first (a
-                    // worker still spinning takes the second core from the library timed
-                    // next): keepalloc's spin 1 ms, pthreadpool's a few, OpenBLAS's about
-                    // 0.1 ms here (`OPENBLAS_THREAD_TIMEOUT`, set by `main`).
-                    std::thread::sleep(QUIESCE);
-                    t.sample(run, &mut out, flops, *per_round);
-                }
-            }
-        }
+        // Before each library's samples, a pause lets the previous library's spinning
+        // workers go to sleep (a worker still spinning takes the second core from the
+        // library timed next): keepalloc's spin 1 ms, pthreadpool's a few, OpenBLAS's about
+        // 0.1 ms here (`OPENBLAS_THREAD_TIMEOUT`, set by `main`).
+        let medians = crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE);
         let mut cells = Vec::new();
-        for ((peer, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-            let cell = match (r, t) {
-                (Ok(run), Some((t, _))) => {
+        for ((peer, r), median) in runners.iter_mut().zip(medians) {
+            let cell = match (r, median) {
+                (Ok(run), Some(median)) => {
                     out.fill(f32::NAN);
                     run(&mut out);
                     let correct = check(&d, &reference, &out, peer.adds_bias());
                     if !correct {
                         wrong.push(format!("{} on {m}x{k}x{n}", peer.name()));
                     }
-                    (*peer, Ok(t.median()), correct)
+                    (*peer, Ok(median), correct)
                 }
                 (Err(why), _) => (*peer, Err(why.clone()), true),
                 (Ok(_), None) => unreachable!("every runner is calibrated"),
