@@ -136,7 +136,7 @@ impl Row {
     }
 }
 
-/// The pause before each library's samples (see the loop in [`run`]): 2 ms measured too
+/// The pause before each library's samples in every round (see `run`): 2 ms measured too
 /// short here for pthreadpool's spinning workers.
 const QUIESCE: Duration = Duration::from_millis(10);
 
