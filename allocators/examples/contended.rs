@@ -3,12 +3,12 @@
 //! (`Allocator::allocate`/`deallocate`, no counting), with 1, 2, 8 and 32 threads; the middle
 //! column is the same `Counting` wrapper called directly through its Rust face, so that
 //! table/counted shows what the table adds and counted/direct what exact counting costs.
-//! The `uncounted` column is the owner of `GlobalProvider::new_uncounted`
-//! (`Counting::uncounted(backend)` and `for_allocator` of it): the same table with counting
-//! switched off, for a runtime that needs no per-owner statistics; `bare-table` is the table of
-//! the backend itself (no `Counting` at all), the floor of any owner's table.
+//! The `uncounted` column is the table of an owner of `GlobalProvider::new_uncounted`, built as
+//! `Owner::table` builds it: `Counting::uncounted(backend)` is the owner, and its table is
+//! `for_allocator` of the backend inside it (no `Counting` call at all), for a runtime that
+//! needs no per-owner statistics.
 //! One cell alone, for callgrind:
-//! `contended <system|mimalloc> <direct|counted|table|uncounted|bare> <threads>`.
+//! `contended <system|mimalloc> <direct|counted|table|uncounted> <threads>`.
 //!
 //! `cargo run --release -p keepalloc-allocators --features mimalloc --example contended`
 //!
@@ -99,12 +99,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 static SYSTEM_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM_OWNER);
 static MIMALLOC_TABLE: AllocatorTable = AllocatorTable::for_allocator(&MIMALLOC_OWNER);
-static SYSTEM_UNCOUNTED_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM_UNCOUNTED);
+// What `Owner::table` builds for an uncounted owner: the table of the backend inside it.
+static SYSTEM_UNCOUNTED_TABLE: AllocatorTable =
+    AllocatorTable::for_allocator(SYSTEM_UNCOUNTED.inner());
 static MIMALLOC_UNCOUNTED_TABLE: AllocatorTable =
-    AllocatorTable::for_allocator(&MIMALLOC_UNCOUNTED);
-// The table of the bare backend (no `Counting` at all): the floor of any owner's table.
-static SYSTEM_BARE_TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
-static MIMALLOC_BARE_TABLE: AllocatorTable = AllocatorTable::for_allocator(&MIMALLOC);
+    AllocatorTable::for_allocator(MIMALLOC_UNCOUNTED.inner());
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -115,12 +114,10 @@ fn main() {
             ("system", "direct") => Box::new(direct(&SYSTEM)),
             ("system", "counted") => Box::new(direct(&SYSTEM_COUNTED)),
             ("system", "uncounted") => Box::new(table(&SYSTEM_UNCOUNTED_TABLE)),
-            ("system", "bare") => Box::new(table(&SYSTEM_BARE_TABLE)),
             ("system", _) => Box::new(table(&SYSTEM_TABLE)),
             (_, "direct") => Box::new(direct(&MIMALLOC)),
             (_, "counted") => Box::new(direct(&MIMALLOC_COUNTED)),
             (_, "uncounted") => Box::new(table(&MIMALLOC_UNCOUNTED_TABLE)),
-            (_, "bare") => Box::new(table(&MIMALLOC_BARE_TABLE)),
             _ => Box::new(table(&MIMALLOC_TABLE)),
         };
         println!("{backend} {mode} {threads}: {:.2} ns", run(threads, &*work));
@@ -131,41 +128,38 @@ fn main() {
          pair, median of {RUNS}"
     );
     println!(
-        "backend   threads  direct  counted  owner-table  uncounted  bare-table   \
-         table/direct  uncounted/direct  bare/direct"
+        "backend   threads  direct  counted  owner-table  uncounted   \
+         table/direct  uncounted/direct"
     );
     for backend in ["system", "mimalloc"] {
         type Work = Box<dyn Fn(usize) + Sync>;
-        let modes: [Work; 5] = match backend {
+        let modes: [Work; 4] = match backend {
             "system" => [
                 Box::new(direct(&SYSTEM)),
                 Box::new(direct(&SYSTEM_COUNTED)),
                 Box::new(table(&SYSTEM_TABLE)),
                 Box::new(table(&SYSTEM_UNCOUNTED_TABLE)),
-                Box::new(table(&SYSTEM_BARE_TABLE)),
             ],
             _ => [
                 Box::new(direct(&MIMALLOC)),
                 Box::new(direct(&MIMALLOC_COUNTED)),
                 Box::new(table(&MIMALLOC_TABLE)),
                 Box::new(table(&MIMALLOC_UNCOUNTED_TABLE)),
-                Box::new(table(&MIMALLOC_BARE_TABLE)),
             ],
         };
         for threads in [1usize, 2, 8, 32] {
-            let mut v: [Vec<f64>; 5] = Default::default();
+            let mut v: [Vec<f64>; 4] = Default::default();
             for _ in 0..RUNS {
                 for (work, v) in modes.iter().zip(v.iter_mut()) {
                     v.push(run(threads, &**work));
                 }
             }
-            let [d, c, t, u, b] = v.map(median);
+            let [d, c, t, u] = v.map(median);
             println!(
-                "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}       {u:6.2}     {b:6.2}       \
-                 {:.3}x        {:.3}x            {:.3}x",
+                "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}       {u:6.2}      \
+                 {:.3}x        {:.3}x",
                 t / d,
-                u / d,
-                b / d
+                u / d
             );
         }
     }

@@ -242,7 +242,7 @@ impl<A> Counting<A> {
     }
 
     /// The wrapped allocator.
-    pub fn inner(&self) -> &A {
+    pub const fn inner(&self) -> &A {
         &self.inner
     }
 

@@ -181,10 +181,18 @@ impl<B: Allocator + Sync> Owner<B> {
         }
     }
 
-    /// The owner's C table; its `context` is the owner's counting backend.
+    /// The owner's C table. Its `context` is the owner's counting backend; for an uncounted
+    /// owner ([`GlobalProvider::new_uncounted`]) it is the backend itself, inside the owner,
+    /// so the table is exactly the bare backend's table and pays not even the flag test of
+    /// [`Counting::uncounted`]. Either way the context lives as long as the owner.
     pub fn table(&'static self) -> &'static AllocatorTable {
-        self.table
-            .get_or_init(|| AllocatorTable::for_allocator(&self.backend))
+        self.table.get_or_init(|| {
+            if self.backend.is_counted() {
+                AllocatorTable::for_allocator(&self.backend)
+            } else {
+                AllocatorTable::for_allocator(self.backend.inner())
+            }
+        })
     }
 
     /// The owner's backend, wrapped in its counter (an uncounted one for a provider built
@@ -193,9 +201,14 @@ impl<B: Allocator + Sync> Owner<B> {
         &self.backend
     }
 
-    /// The `context` pointer the owner's table carries.
+    /// The `context` pointer the owner's table carries: the counting backend, or for an
+    /// uncounted owner the backend inside it.
     pub fn context(&self) -> *mut c_void {
-        &self.backend as *const Counting<B> as *mut c_void
+        if self.backend.is_counted() {
+            &self.backend as *const Counting<B> as *mut c_void
+        } else {
+            self.backend.inner() as *const B as *mut c_void
+        }
     }
 }
 

@@ -62,6 +62,11 @@ fn an_uncounted_provider_builds_one_owner_and_publishes_a_working_table() {
     assert!(handles.windows(2).all(|w| w[0] == w[1]), "one owner");
     let h = handles[0];
     assert_eq!(CAPTURED.load(SeqCst), h.context() as usize);
+    // The table is the backend's own, inside the owner: not even `Counting`'s flag test.
+    assert_eq!(
+        h.context() as usize,
+        h.owner().allocator().inner() as *const System as usize
+    );
     assert_eq!(INITS.load(SeqCst), 1);
 
     // The handle's Rust face works too.
