@@ -84,12 +84,17 @@ extern "C" {
  * reallocate(ctx, NULL, n) allocates; a failed reallocate leaves the old block valid and
  * unchanged; freeing NULL is a no-op; size 0 returns a unique non-NULL block that must be
  * freed; deallocate and aligned_deallocate are interchangeable. Thread-safe.
- * Blocks carry a 16-byte (or alignment-sized) header before the pointer: free them only
- * through this table, never with free() or through another allocator. The header carries a
- * cookie of its owner: a block freed through a table of another owner aborts the process
- * with a message (a free has no status), and reallocate of such a block returns NULL and
- * leaves it alone. Blocks of the Rust face of the same owner (its Allocator impl) carry no
- * header and cannot be freed through the table, nor the other way round. */
+ * Free blocks only through this table, never with free() or through another allocator.
+ * With the built-in glibc or mimalloc backend and nothing over it (no keepalloc_set_backend,
+ * no Scribble: the default), the table is headerless: every block is the backend's own
+ * (aligned_allocate(64, n) is one 64-aligned request of n bytes), and a block freed through
+ * another owner's table of the same backend goes back to the shared heap unnoticed. With a
+ * plugged backend, the bumpalo arena or Scribble, blocks carry a 16-byte (or
+ * alignment-sized) header before the pointer with a cookie of their owner: a block freed
+ * through a table of another owner aborts the process with a message (a free has no
+ * status), and reallocate of such a block returns NULL and leaves it alone. Blocks of the
+ * Rust face of the same owner (its Allocator impl) cannot be freed through a header table,
+ * nor the other way round. */
 typedef struct keepalloc_table {
   void* context;
   void* (*allocate)(void* context, size_t size);
@@ -228,8 +233,8 @@ typedef struct keepalloc_stats {
 
 /* Fills *out with the counters: owners constructed (0 or 1), the default library's hook
  * calls and successes, and the owner's allocations through the table. Bytes are the
- * backend's usable sizes on a headerless backend (glibc malloc, mimalloc: the default
- * builds) and include keepalloc's block header on the others. live_bytes is exact once the
+ * backend's usable sizes on a headerless table (glibc malloc or mimalloc with nothing over
+ * it: the default builds) and include keepalloc's block header on the others. live_bytes is exact once the
  * threads that allocated are quiescent; peak_bytes is the sum of each thread's own high-water
  * mark: exact when one thread allocates and frees, an upper bound when threads free blocks
  * that other threads allocated. Does nothing when out is NULL. Never blocks. */

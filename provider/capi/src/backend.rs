@@ -1,9 +1,18 @@
 //! The C library's provider and its backend: the compile-time default, or one a C runtime
 //! plugs in with `keepalloc_set_backend` before the first acquire.
 //!
-//! Either way the backend sits inside the same [`GlobalProvider`]: the same owner once,
-//! the same counting wrapper and the same published table (whose blocks carry keepalloc's
-//! header; the plugged functions only ever see whole blocks).
+//! Two providers, of which a process only ever uses one, chosen once, at the first acquire
+//! ([`choose`], the moment that also freezes the registration and the Scribble decision):
+//!
+//! * [`C_PLAIN`]: the built-in backend with nothing over it (nothing plugged, no Scribble),
+//!   the production case. Its owner is `Counting<DefaultBackend>`, whose C table is the
+//!   headerless one on glibc and mimalloc builds: a 64-byte-aligned request is one
+//!   `aligned_alloc`/`mi_malloc_aligned` of exactly that size, freed by `free`/`mi_free`.
+//! * [`C_PROVIDER`]: a plugged backend or Scribble (over either base). Its blocks carry
+//!   keepalloc's header; the plugged functions only ever see whole blocks.
+//!
+//! Either way it is one [`GlobalProvider`]: the same owner once, the same counting wrapper,
+//! the same published table for the rest of the process.
 //!
 //! The rule for registration: the first `keepalloc_set_backend` before the owner is built
 //! wins. Registering the same functions and context again is `KEEPALLOC_OK` (idempotent); a
@@ -63,8 +72,69 @@ fn make_base_backend() -> Result<BaseBackend, AllocError> {
     }
 }
 
-/// The C library's process-wide provider: the owner every `keepalloc_acquire*` call shares.
+/// The C library's process-wide provider when a backend is plugged or Scribble is on: the
+/// owner every `keepalloc_acquire*` call shares then.
 pub static C_PROVIDER: GlobalProvider<CBackend> = GlobalProvider::new(make_backend, None);
+
+/// The C library's process-wide provider for the built-in backend alone (the default): a
+/// headerless C table on glibc and mimalloc builds.
+pub static C_PLAIN: GlobalProvider<DefaultBackend> = GlobalProvider::new(make_plain, None);
+
+fn make_plain() -> Result<DefaultBackend, AllocError> {
+    // `choose` froze the registration when it picked this provider.
+    keepalloc_allocators::default_backend()
+}
+
+/// Which of the two providers the C library uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    /// [`C_PLAIN`].
+    Plain,
+    /// [`C_PROVIDER`].
+    Wrapped,
+}
+
+static CHOSEN: std::sync::OnceLock<Chosen> = std::sync::OnceLock::new();
+
+/// The provider, chosen by the first call (every acquire calls this, after the Scribble
+/// setting was checked): [`Chosen::Plain`] when nothing is plugged and Scribble is off. From
+/// then on the registration is frozen (`keepalloc_set_backend` is a conflict), as it is
+/// once an owner is being built.
+pub fn choose() -> Chosen {
+    *CHOSEN.get_or_init(|| {
+        let scribbled = !matches!(crate::scribble::decision().config, Ok(None));
+        let mut reg = registration();
+        reg.frozen = true;
+        if reg.plugged.is_none() && !scribbled {
+            Chosen::Plain
+        } else {
+            Chosen::Wrapped
+        }
+    })
+}
+
+/// The provider, if an acquire has chosen it (queries before that see no owner).
+pub fn chosen() -> Option<Chosen> {
+    CHOSEN.get().copied()
+}
+
+/// Runs `$body` with `$p` bound to the chosen provider (`&'static GlobalProvider<_>` of
+/// either backend type).
+macro_rules! with_provider {
+    ($chosen:expr, |$p:ident| $body:expr) => {
+        match $chosen {
+            $crate::backend::Chosen::Plain => {
+                let $p = &$crate::backend::C_PLAIN;
+                $body
+            }
+            $crate::backend::Chosen::Wrapped => {
+                let $p = &$crate::backend::C_PROVIDER;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_provider;
 
 /// Registers `backend` (already checked complete) under the rule in the module docs.
 pub(crate) fn register(backend: AllocatorTable) -> KeepallocStatus {

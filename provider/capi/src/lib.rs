@@ -1,8 +1,9 @@
 //! The C ABI of keepalloc (`provider/include/keepalloc.h`, ABI version 1), for runtimes
 //! written in C or C++.
 //!
-//! One process-wide owner ([`backend::C_PROVIDER`]: the compile-time default backend, or one
-//! a C runtime plugs in with `keepalloc_set_backend`) serves several consuming libraries:
+//! One process-wide owner ([`backend::C_PLAIN`] over the compile-time default backend, or
+//! [`backend::C_PROVIDER`] over one a C runtime plugs in with `keepalloc_set_backend` or
+//! under Scribble) serves several consuming libraries:
 //! `keepalloc_acquire_library(name, init, ...)` runs `init` inside that library's own
 //! retry-safe once, on top of the owner's once; `keepalloc_acquire` is the library named
 //! `"default"`. `keepalloc_acquire_ex` also says whether the caller's own hook ran.
@@ -18,15 +19,15 @@ use std::sync::Once;
 
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_provider::{
-    AllocatorHandle, DEFAULT_LIBRARY, HookRan, InitError, LibraryError, MAX_LIBRARY_NAME,
-    ProviderError, check_name_bytes,
+    DEFAULT_LIBRARY, HookRan, InitError, LibraryError, MAX_LIBRARY_NAME, ProviderError,
+    check_name_bytes,
 };
 
 pub mod backend;
 pub mod ort;
 pub mod scribble;
 
-use backend::{C_PROVIDER, CBackend};
+use backend::{choose, chosen, with_provider};
 
 /// `keepalloc_table`: the same type as [`AllocatorTable`].
 pub type KeepallocTable = AllocatorTable;
@@ -167,7 +168,8 @@ pub(crate) fn ensure_fork_handler() {
         ) -> c_int;
     }
     unsafe extern "C" fn in_child() {
-        C_PROVIDER.after_fork_in_child();
+        backend::C_PLAIN.after_fork_in_child();
+        backend::C_PROVIDER.after_fork_in_child();
     }
     REGISTER.call_once(|| {
         // SAFETY: registers a handler that only reads atomics and this thread's marker; the function pointer lives for the process.
@@ -238,9 +240,9 @@ unsafe fn acquire(
     let hook_result = Cell::new(KeepallocHookResult::NotCalled);
     let user_data = user_data as usize;
     let acquired = catch_unwind(AssertUnwindSafe(
-        || -> Result<AllocatorHandle<CBackend>, ProviderError> {
+        || -> Result<&'static AllocatorTable, ProviderError> {
             let Some(init) = init else {
-                return C_PROVIDER.publish();
+                return with_provider!(choose(), |p| p.publish().map(|h| h.table()));
             };
             let hook = |table: &'static AllocatorTable| {
                 hook_result.set(KeepallocHookResult::Threw);
@@ -260,19 +262,21 @@ unsafe fn acquire(
                     Err(InitError::code(rc))
                 }
             };
-            let (handle, ran) = C_PROVIDER.acquire_library(library, hook)?;
+            let (table, ran) = with_provider!(choose(), |p| p
+                .acquire_library(library, hook)
+                .map(|(h, ran)| (h.table(), ran)))?;
             if ran == HookRan::AlreadyInitialized {
                 hook_result.set(KeepallocHookResult::AlreadyDone);
             }
-            Ok(handle)
+            Ok(table)
         },
     ));
     // SAFETY: the caller's promise for `out_result`.
     unsafe { report(out_result, hook_result.get()) };
     match acquired {
-        Ok(Ok(handle)) => {
+        Ok(Ok(table)) => {
             // SAFETY: checked non-NULL by every caller; the caller promises it is writable.
-            unsafe { out_table.write(handle.table()) };
+            unsafe { out_table.write(table) };
             KeepallocStatus::Ok
         }
         Ok(Err(e)) => status_of(&e),
@@ -359,10 +363,11 @@ pub unsafe extern "C" fn keepalloc_get_table(
     if out_table.is_null() {
         return KeepallocStatus::InvalidArgument;
     }
-    match C_PROVIDER.publish_get() {
-        Some(handle) => {
+    let table = chosen().and_then(|c| with_provider!(c, |p| p.publish_get().map(|h| h.table())));
+    match table {
+        Some(table) => {
             // SAFETY: checked non-NULL; the caller promises it is writable.
-            unsafe { out_table.write(handle.table()) };
+            unsafe { out_table.write(table) };
             KeepallocStatus::Ok
         }
         None => KeepallocStatus::NotPublished,
@@ -380,7 +385,7 @@ pub unsafe extern "C" fn keepalloc_library_initialized(library: *const c_char) -
     }
     // SAFETY: non-NULL and NUL-terminated (the caller's promise).
     match unsafe { library_name(library) } {
-        Ok(name) => c_int::from(C_PROVIDER.is_initialized(name)),
+        Ok(name) => c_int::from(is_initialized(name)),
         Err(_) => 0,
     }
 }
@@ -414,7 +419,9 @@ pub unsafe extern "C" fn keepalloc_get_stats(out: *mut KeepallocStats) {
     if out.is_null() {
         return;
     }
-    let s = C_PROVIDER.stats();
+    let s = chosen()
+        .map(|c| with_provider!(c, |p| p.stats()))
+        .unwrap_or_default();
     let stats = KeepallocStats {
         owners_constructed: s.owners_constructed,
         init_attempts: s.init_attempts,
@@ -447,15 +454,22 @@ pub unsafe extern "C" fn keepalloc_get_library_stats(
         Err(status) => return status,
     };
     // A library never acquired has run nothing: all zero.
-    let s = C_PROVIDER.library_stats(name).unwrap_or_default();
+    let s = chosen()
+        .and_then(|c| with_provider!(c, |p| p.library_stats(name)))
+        .unwrap_or_default();
     let stats = KeepallocLibraryStats {
         init_attempts: s.init_attempts,
         init_successes: s.init_successes,
-        initialized: u32::from(C_PROVIDER.is_initialized(name)),
+        initialized: u32::from(is_initialized(name)),
     };
     // SAFETY: checked non-NULL; the caller promises it is writable.
     unsafe { out.write(stats) };
     KeepallocStatus::Ok
+}
+
+/// Whether `name`'s hook has succeeded on the chosen provider (false before any acquire).
+fn is_initialized(name: &str) -> bool {
+    chosen().is_some_and(|c| with_provider!(c, |p| p.is_initialized(name)))
 }
 
 /// See `keepalloc.h`.

@@ -15,7 +15,7 @@ use keepalloc_onnxruntime::{Env, LIBRARY, OnnxRuntime, is_registered_on, registe
 use keepalloc_provider::{HookRan, ProviderError};
 use ort_sys::{OrtApiBase, OrtEnv};
 
-use crate::backend::C_PROVIDER;
+use crate::backend::{choose, with_provider};
 use crate::{KeepallocHookResult, KeepallocStatus, report, status_of};
 
 /// See `keepalloc.h`.
@@ -52,13 +52,14 @@ pub unsafe extern "C" fn keepalloc_ort_register(
             hook_result.set(KeepallocHookResult::Succeeded);
             Ok(())
         };
-        let (handle, ran) = C_PROVIDER
+        let (table, ran) = with_provider!(choose(), |p| p
             .acquire_library(LIBRARY, hook)
-            .map_err(|e: ProviderError| status_of(&e))?;
+            .map(|(h, ran)| (h.table(), ran)))
+        .map_err(|e: ProviderError| status_of(&e))?;
         if ran == HookRan::AlreadyInitialized {
             hook_result.set(KeepallocHookResult::AlreadyDone);
         }
-        if is_registered_on(env, handle.table()) {
+        if is_registered_on(env, table) {
             Ok(())
         } else {
             Err(KeepallocStatus::RegisteredElsewhere)
