@@ -119,13 +119,26 @@ impl Case {
         out
     }
 
-    /// Output buffer filled with a sentinel (so untouched padding can be checked).
+    /// Output buffer filled with a sentinel (so untouched padding can be checked), with
+    /// [`TAIL`] more sentinels past the last output, which no run may write.
     pub fn output(&self) -> Vec<f32> {
-        vec![SENTINEL; (self.m - 1) * self.output_stride + self.n]
+        vec![SENTINEL; (self.m - 1) * self.output_stride + self.n + TAIL]
     }
 
-    /// Checks `out` against the reference and that the stride padding is untouched.
+    /// Checks `out` against the reference, and that the stride padding and the tail past the
+    /// last output are untouched.
     pub fn check(&self, out: &[f32], what: &str) {
+        let end = (self.m - 1) * self.output_stride + self.n;
+        if let Some(i) = out[end.min(out.len())..]
+            .iter()
+            .position(|v| v.to_bits() != SENTINEL.to_bits())
+        {
+            panic!(
+                "{what}: written {i} floats past the last output (m={} n={} stride {})",
+                self.m, self.n, self.output_stride
+            );
+        }
+        let out = &out[..end.min(out.len())];
         let reference = self.reference();
         for m in 0..self.m {
             for n in 0..self.output_stride {
@@ -183,4 +196,8 @@ impl Case {
 }
 
 pub const SENTINEL: f32 = -12345.678;
+
+/// Sentinel floats after the last output of [`Case::output`]: two tiles' width, more than any
+/// masked store could reach past it.
+pub const TAIL: usize = 64;
 pub mod lowp;
