@@ -1,7 +1,8 @@
 //! AVX-512F microkernels: up to 8×32 tiles (16 zmm accumulators, two B registers, the A
 //! values broadcast straight from the caller's rows, nothing copied), masked stores for
 //! the N edge, the tile's own weights prefetched into L1 a few steps ahead and, when the
-//! driver asks, the next tile's into L2 as the current ones are read,
+//! driver asks, the next tile's into L2 as the current ones are read; up to 4×64 tiles over
+//! two panels for 4 rows or fewer;
 //! and a 32-wide GEMV with eight independent accumulator chains.
 //!
 //! Eight rows, not the 14 that the register file allows: on Zen 4, 8-row tiles measured
@@ -137,6 +138,95 @@ unsafe fn tile_n<const MR: usize, const PF: bool>(t: &Tile) {
             let c = t.c.add(r * t.ldc);
             _mm512_mask_storeu_ps(c, m0, acc[0]);
             _mm512_mask_storeu_ps(c.wrapping_add(16), m1, acc[1]);
+        }
+    }
+}
+
+/// Two adjacent panels at once for a tile of at most 4 rows: `MR × 64` outputs in `4 * MR`
+/// accumulators (16 at 4 rows, where one panel gives only 8: too few chains to cover the FMA
+/// latency while the weights stream from L2).
+///
+/// # Safety
+/// `t` and `u` each describe a valid tile as for [`tile`], with the same A, K range, row
+/// stride of C, clamp and prefetch distance; `1 <= mr <= 4`; the CPU has AVX-512F.
+pub(super) unsafe fn tile_pair(mr: usize, t: &Tile, u: &Tile) {
+    // SAFETY: forwarded; the CPU has AVX-512F (caller).
+    unsafe {
+        match mr {
+            1 => pair_n::<1>(t, u),
+            2 => pair_n::<2>(t, u),
+            3 => pair_n::<3>(t, u),
+            _ => pair_n::<4>(t, u),
+        }
+    }
+}
+
+/// # Safety
+/// As [`tile_pair`], with `MR` rows.
+#[target_feature(enable = "avx512f")]
+unsafe fn pair_n<const MR: usize>(t: &Tile, u: &Tile) {
+    let masks = [
+        lanes(t.nvalid),
+        lanes(t.nvalid.saturating_sub(16)),
+        lanes(u.nvalid),
+        lanes(u.nvalid.saturating_sub(16)),
+    ];
+    let cs = [t.c, t.c.wrapping_add(16), u.c, u.c.wrapping_add(16)];
+    let mut acc = [[_mm512_setzero_ps(); 4]; MR];
+    // SAFETY: as in `tile_n`, for each of the two tiles; every unmasked access stays inside
+    // them.
+    unsafe {
+        if t.bias.is_null() {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for j in 0..4 {
+                    acc[j] = _mm512_maskz_loadu_ps(masks[j], cs[j].wrapping_add(r * t.ldc));
+                }
+            }
+        } else {
+            let bias = [
+                _mm512_load_ps(t.bias),
+                _mm512_load_ps(t.bias.add(16)),
+                _mm512_load_ps(u.bias),
+                _mm512_load_ps(u.bias.add(16)),
+            ];
+            for acc in acc.iter_mut() {
+                *acc = bias;
+            }
+        }
+        let rows: [*const f32; MR] = core::array::from_fn(|r| t.a.wrapping_add(r * t.lda));
+        for kk in 0..t.kc {
+            let b = t.b.add(kk * NR);
+            let c = u.b.add(kk * NR);
+            let w = [
+                _mm512_load_ps(b),
+                _mm512_load_ps(b.add(16)),
+                _mm512_load_ps(c),
+                _mm512_load_ps(c.add(16)),
+            ];
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(L1_AHEAD).cast());
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(L1_AHEAD + 16).cast());
+            _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(L1_AHEAD).cast());
+            _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(L1_AHEAD + 16).cast());
+            for (acc, row) in acc.iter_mut().zip(rows) {
+                let av = _mm512_set1_ps(*row.add(kk));
+                for j in 0..4 {
+                    acc[j] = _mm512_fmadd_ps(av, w[j], acc[j]);
+                }
+            }
+        }
+        if t.clamp {
+            let lo = _mm512_set1_ps(t.min);
+            let hi = _mm512_set1_ps(t.max);
+            for acc in acc.iter_mut() {
+                for v in acc.iter_mut() {
+                    *v = _mm512_min_ps(hi, _mm512_max_ps(lo, *v));
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for j in 0..4 {
+                _mm512_mask_storeu_ps(cs[j].wrapping_add(r * t.ldc), masks[j], acc[j]);
+            }
         }
     }
 }

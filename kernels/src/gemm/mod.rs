@@ -10,7 +10,8 @@
 //!   for AVX-512 when the weights fit well in L3, except on Intel, whose L3 is too slow
 //!   per core: see [`blocking`]), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
-//!   loop), and M in balanced row tiles of at most MR rows. AVX-512 reads A in place
+//!   loop), and M in balanced row tiles of at most MR rows (AVX-512 runs a tile of 4 rows
+//!   or fewer on two panels at once, for enough accumulator chains). AVX-512 reads A in place
 //!   (every row a broadcast-from-memory operand at a register offset, nothing copied);
 //!   the other ISAs copy each row tile of A k-major into a stack buffer (no allocation,
 //!   safe for many threads running one operator at once) and reuse it across the NC
@@ -342,35 +343,54 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     unsafe { pack_a(abuf, src, p.lda, mr, kc) };
                     abuf.cast_const()
                 };
-                for panel in nc0..nc1 {
-                    // SAFETY: as for the GEMV path; the tile covers rows m0..m0+mr.
-                    unsafe {
-                        let base = p.packed.add(panel * panel_len);
-                        // The next call reads the next panel (or, after the last, the
-                        // first panel again for the next row tile) at the same K offset.
-                        // In an N block, only the first row tile prefetches: it brings
-                        // the block into L2, where the other row tiles find it (their
-                        // prefetches would only cost load slots). Streaming all the
-                        // panels per row tile, every row tile prefetches.
-                        let next = if panel + 1 < nc1 { panel + 1 } else { nc0 };
-                        let pf_off = if pf_next_panel && (m0 == 0 || nc == usize::MAX) {
-                            (next as isize - panel as isize) * panel_len as isize
-                        } else {
-                            0
-                        };
-                        let t = Tile {
-                            pf_off,
-                            kc,
-                            a,
-                            b: base.add(s.nr + k0 * s.nr),
-                            bias: if k0 == 0 { base } else { core::ptr::null() },
-                            c: p.c.add(m0 * p.ldc + panel * s.nr),
-                            nvalid: s.nr.min(p.n - panel * s.nr),
-                            clamp: k0 + kc == p.k,
-                            ..proto
-                        };
-                        tile(p.isa, mr, &t);
+                // The tile of panel `panel` (in range: then the panel and its NR, possibly
+                // fewer valid, output columns are in bounds) for these rows and this K block.
+                let tile_of = |panel: usize| {
+                    let base = p.packed.wrapping_add(panel * panel_len);
+                    Tile {
+                        kc,
+                        a,
+                        b: base.wrapping_add(s.nr + k0 * s.nr),
+                        bias: if k0 == 0 { base } else { core::ptr::null() },
+                        c: p.c.wrapping_add(m0 * p.ldc + panel * s.nr),
+                        nvalid: s.nr.min(p.n - panel * s.nr),
+                        clamp: k0 + kc == p.k,
+                        ..proto
                     }
+                };
+                let mut panel = nc0;
+                while panel < nc1 {
+                    // Four rows or fewer: two panels per call on AVX-512 (16 accumulators at
+                    // 4 rows instead of 8). Measured on a Xeon, in-process A/B: 4x512x512
+                    // +19%, 3x256x1000 +20-27%, 4x4096x1024 +7-11%. The same FMAs in the same
+                    // order for every output: results do not change.
+                    #[cfg(target_arch = "x86_64")]
+                    if p.isa == Isa::Avx512 && mr <= 4 && panel + 1 < nc1 {
+                        // SAFETY: both tiles are in bounds (above), share A, K and C's stride,
+                        // and the ISA is supported (caller).
+                        unsafe { avx512::tile_pair(mr, &tile_of(panel), &tile_of(panel + 1)) };
+                        panel += 2;
+                        continue;
+                    }
+                    // The next call reads the next panel (or, after the last, the first panel
+                    // again for the next row tile) at the same K offset. In an N block, only
+                    // the first row tile prefetches: it brings the block into L2, where the
+                    // other row tiles find it (their prefetches would only cost load slots).
+                    // Streaming all the panels per row tile, every row tile prefetches.
+                    let next = if panel + 1 < nc1 { panel + 1 } else { nc0 };
+                    let pf_off = if pf_next_panel && (m0 == 0 || nc == usize::MAX) {
+                        (next as isize - panel as isize) * panel_len as isize
+                    } else {
+                        0
+                    };
+                    let t = Tile {
+                        pf_off,
+                        ..tile_of(panel)
+                    };
+                    // SAFETY: the tile covers rows m0..m0+mr of an in-range panel; the ISA is
+                    // supported (caller).
+                    unsafe { tile(p.isa, mr, &t) };
+                    panel += 1;
                 }
             }
             k0 += kc;
