@@ -125,20 +125,25 @@ unsafe fn tile_n<const MR: usize, const PF: bool>(t: &Tile) {
             step!(kk);
         }
         if t.clamp {
-            let lo = _mm512_set1_ps(t.min);
-            let hi = _mm512_set1_ps(t.max);
-            for acc in acc.iter_mut() {
-                for v in acc.iter_mut() {
-                    // max(lo, v) / min(hi, v) return v when v is NaN: NaN propagates.
-                    *v = _mm512_min_ps(hi, _mm512_max_ps(lo, *v));
-                }
-            }
+            clamp(acc.as_flattened_mut(), t);
         }
         for (r, acc) in acc.iter().enumerate() {
             let c = t.c.add(r * t.ldc);
             _mm512_mask_storeu_ps(c, m0, acc[0]);
             _mm512_mask_storeu_ps(c.wrapping_add(16), m1, acc[1]);
         }
+    }
+}
+
+/// Clamps every accumulator to `[t.min, t.max]`; max(lo, v) / min(hi, v) return v when v is
+/// NaN, so NaN propagates.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn clamp(acc: &mut [__m512], t: &Tile) {
+    let lo = _mm512_set1_ps(t.min);
+    let hi = _mm512_set1_ps(t.max);
+    for v in acc {
+        *v = _mm512_min_ps(hi, _mm512_max_ps(lo, *v));
     }
 }
 
@@ -215,13 +220,7 @@ unsafe fn pair_n<const MR: usize>(t: &Tile, u: &Tile) {
             }
         }
         if t.clamp {
-            let lo = _mm512_set1_ps(t.min);
-            let hi = _mm512_set1_ps(t.max);
-            for acc in acc.iter_mut() {
-                for v in acc.iter_mut() {
-                    *v = _mm512_min_ps(hi, _mm512_max_ps(lo, *v));
-                }
-            }
+            clamp(acc.as_flattened_mut(), t);
         }
         for (r, acc) in acc.iter().enumerate() {
             for j in 0..4 {

@@ -128,17 +128,7 @@ impl Case {
     /// Checks `out` against the reference, and that the stride padding and the tail past the
     /// last output are untouched.
     pub fn check(&self, out: &[f32], what: &str) {
-        let end = (self.m - 1) * self.output_stride + self.n;
-        if let Some(i) = out[end.min(out.len())..]
-            .iter()
-            .position(|v| v.to_bits() != SENTINEL.to_bits())
-        {
-            panic!(
-                "{what}: written {i} floats past the last output (m={} n={} stride {})",
-                self.m, self.n, self.output_stride
-            );
-        }
-        let out = &out[..end.min(out.len())];
+        let out = without_tail(out, self.m, self.n, self.output_stride, what);
         let reference = self.reference();
         for m in 0..self.m {
             for n in 0..self.output_stride {
@@ -200,4 +190,23 @@ pub const SENTINEL: f32 = -12345.678;
 /// Sentinel floats after the last output of [`Case::output`]: two tiles' width, more than any
 /// masked store could reach past it.
 pub const TAIL: usize = 64;
+
+/// `out` up to its last output (`m` rows of `n` at `stride`), after checking that every
+/// float past it still holds [`SENTINEL`].
+pub fn without_tail<'a>(
+    out: &'a [f32],
+    m: usize,
+    n: usize,
+    stride: usize,
+    what: &str,
+) -> &'a [f32] {
+    let end = ((m - 1) * stride + n).min(out.len());
+    if let Some(i) = out[end..]
+        .iter()
+        .position(|v| v.to_bits() != SENTINEL.to_bits())
+    {
+        panic!("{what}: written {i} floats past the last output (m={m} n={n} stride {stride})");
+    }
+    &out[..end]
+}
 pub mod lowp;
