@@ -251,8 +251,8 @@ mod mi {
         }
         #[inline]
         unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
-            // SAFETY: `ptr` is a live mimalloc block (the caller's promise), read before it is
-            // freed, once.
+            // Its size is read before it is freed, once.
+            // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
             unsafe {
                 let usable = self.usable_size(ptr);
                 self.free(ptr);

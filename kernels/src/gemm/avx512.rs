@@ -178,8 +178,8 @@ unsafe fn pair_n<const MR: usize>(t: &Tile, u: &Tile) {
     ];
     let cs = [t.c, t.c.wrapping_add(16), u.c, u.c.wrapping_add(16)];
     let mut acc = [[_mm512_setzero_ps(); 4]; MR];
-    // SAFETY: as in `tile_n`, for each of the two tiles; every unmasked access stays inside
-    // them.
+    // As in `tile_n`, for each of the two tiles.
+    // SAFETY: every unmasked access stays inside the two tiles (caller).
     unsafe {
         if t.bias.is_null() {
             for (r, acc) in acc.iter_mut().enumerate() {

@@ -366,8 +366,8 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     // order for every output: results do not change.
                     #[cfg(target_arch = "x86_64")]
                     if p.isa == Isa::Avx512 && mr <= 4 && panel + 1 < nc1 {
-                        // SAFETY: both tiles are in bounds (above), share A, K and C's stride,
-                        // and the ISA is supported (caller).
+                        // Both tiles are in bounds (above) and share A, K and C's stride.
+                        // SAFETY: in-bounds tiles; the ISA is supported (caller).
                         unsafe { avx512::tile_pair(mr, &tile_of(panel), &tile_of(panel + 1)) };
                         panel += 2;
                         continue;
@@ -387,8 +387,8 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                         pf_off,
                         ..tile_of(panel)
                     };
-                    // SAFETY: the tile covers rows m0..m0+mr of an in-range panel; the ISA is
-                    // supported (caller).
+                    // The tile covers rows m0..m0+mr of an in-range panel.
+                    // SAFETY: an in-bounds tile; the ISA is supported (caller).
                     unsafe { tile(p.isa, mr, &t) };
                     panel += 1;
                 }

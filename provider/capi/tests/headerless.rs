@@ -42,8 +42,8 @@ fn the_default_c_table_hands_out_the_backends_own_blocks() {
     // SAFETY: a published table lives for the process.
     let t = unsafe { &*t };
     let base = stats();
-    // SAFETY: plain glibc calls; the table keeps the C contract, and `p` is freed once,
-    // through it.
+    // `p` is freed once, through the table.
+    // SAFETY: plain glibc calls; the table keeps the C contract.
     unsafe {
         let q = malloc(100);
         assert!(!q.is_null());
