@@ -29,6 +29,15 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Rows of one AMX block (two A tiles of 16 rows).
 pub(super) const BLOCK_ROWS: usize = 32;
+
+/// `(first row, height)` of the blocks that cover `rows` (a multiple of 16): blocks of
+/// [`BLOCK_ROWS`] while they fit, then one of 16.
+pub(super) fn row_blocks(rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    debug_assert!(rows.is_multiple_of(16));
+    (0..rows)
+        .step_by(BLOCK_ROWS)
+        .map(move |m0| (m0, BLOCK_ROWS.min(rows - m0)))
+}
 /// 4-byte words of K per tile step (a tile row is 64 bytes).
 pub(super) const STEP_WORDS: usize = 16;
 

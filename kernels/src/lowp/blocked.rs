@@ -324,13 +324,7 @@ pub(super) unsafe fn bf16_amx(job: &Job) {
         }
         for p in 0..panels {
             let nvalid = NR.min(job.n - p * NR);
-            let mut m0 = 0;
-            while m0 < rows {
-                let height = if m0 + BLOCK_ROWS <= rows {
-                    BLOCK_ROWS
-                } else {
-                    16
-                };
+            for (m0, height) in super::amx::row_blocks(rows) {
                 // Rows r0 + m0 .. + height of A and C, panel p and its columns are in
                 // bounds (caller); a partial panel goes through the scratch block, whose
                 // rows are then copied to C's valid columns.
@@ -381,7 +375,6 @@ pub(super) unsafe fn bf16_amx(job: &Job) {
                         bf16_tile(mr, &b);
                     }
                 }
-                m0 += height;
             }
         }
         r0 += rows;
@@ -684,13 +677,7 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
             // SAFETY: panel p is inside the packed block.
             let base = unsafe { job.packed.add(p * panel) };
             let nvalid = NR_QD8.min(job.n - p * NR_QD8);
-            let mut m0 = 0;
-            while m0 < amx_rows {
-                let height = if m0 + BLOCK_ROWS <= amx_rows {
-                    BLOCK_ROWS
-                } else {
-                    16
-                };
+            for (m0, height) in super::amx::row_blocks(amx_rows) {
                 pf_x.step();
                 // Rows r0+m0 .. +height of A, their partial sums, and the panel's first
                 // `amx_words` word rows are in bounds (caller; `groups` words fit in K).
@@ -731,7 +718,6 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
                         qd8_tile(mr, &b);
                     }
                 }
-                m0 += height;
             }
             if vnni_rows == 0 {
                 continue;
