@@ -150,8 +150,9 @@ fn add_live(shared: bool, shard: &Shard, bytes: isize) {
 /// values stay in its shard and pass to the next thread that claims it).
 ///
 /// Bytes are the `Layout` sizes for the Rust face ([`Allocator`]); through a headerless C table
-/// ([`SizelessFree`]) they are the backend's usable sizes, taken at allocation and again at
-/// free, so they balance exactly too.
+/// ([`SizelessFree`]) they are the sizes the backend reports for each block (its accounted
+/// size: glibc's usable size, mimalloc's whole block), taken at allocation and again at free,
+/// so they balance exactly too.
 ///
 /// `peak_bytes` is the sum of each thread slot's own high-water mark: exactly the peak when
 /// one thread allocates and frees (as before), and never below the true peak; when threads
@@ -435,8 +436,8 @@ unsafe impl<A: Allocator> Allocator for Counting<A> {
 }
 
 // SAFETY: every call forwards to the wrapped backend with the caller's own arguments (so its
-// guarantees are ours) and only adds counting; sizes are the backend's usable sizes, read
-// while the block is live (before a free, before and after a resize).
+// guarantees are ours) and only adds counting; the accounted sizes it reports are the
+// backend's own reports, passed through unchanged.
 unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
     #[inline]
     fn alloc(&self, size: usize) -> *mut u8 {
@@ -480,6 +481,31 @@ unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
             self.count_free(bytes);
         }
         bytes
+    }
+
+    #[inline]
+    unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let r = unsafe { self.inner.realloc_usable(ptr, size) };
+        if self.counted {
+            self.resized(r);
+        }
+        r
+    }
+
+    #[inline]
+    unsafe fn realloc_aligned_usable(
+        &self,
+        ptr: *mut u8,
+        size: usize,
+        align: usize,
+    ) -> (*mut u8, usize, usize) {
+        // SAFETY: `ptr` is a live block of the backend (the caller's promise).
+        let r = unsafe { self.inner.realloc_aligned_usable(ptr, size, align) };
+        if self.counted {
+            self.resized(r);
+        }
+        r
     }
 
     #[inline]
@@ -552,10 +578,7 @@ impl<B: SizelessFree> Counting<B> {
     #[inline(never)]
     unsafe extern "C" fn counted_realloc(&self, ptr: *mut u8, size: usize) -> *mut u8 {
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let old = unsafe { self.inner.usable_size(ptr) };
-        // SAFETY: as above.
-        let p = unsafe { self.inner.realloc(ptr, size) };
-        self.resized(old, p)
+        self.resized(unsafe { self.inner.realloc_usable(ptr, size) })
     }
 
     /// # Safety
@@ -568,19 +591,15 @@ impl<B: SizelessFree> Counting<B> {
         align: usize,
     ) -> *mut u8 {
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let old = unsafe { self.inner.usable_size(ptr) };
-        // SAFETY: as above.
-        let p = unsafe { self.inner.realloc_aligned(ptr, size, align) };
-        self.resized(old, p)
+        self.resized(unsafe { self.inner.realloc_aligned_usable(ptr, size, align) })
     }
 
+    /// Counts a resize the backend reported as `(p, old, new)`: a failure when `p` is NULL.
     #[inline]
-    fn resized(&self, old: usize, p: *mut u8) -> *mut u8 {
+    fn resized(&self, (p, old, new): (*mut u8, usize, usize)) -> *mut u8 {
         if p.is_null() {
             self.count_failure();
         } else {
-            // SAFETY: `p` is the live block the backend just returned.
-            let new = unsafe { self.inner.usable_size(p) };
             self.count_resize(old, new);
         }
         p

@@ -39,7 +39,14 @@ use crate::TABLE_MIN_ALIGN;
 ///   longer live;
 /// * `free(ptr)` releases a live block of this backend, whichever function made it;
 /// * `usable_size(ptr)` is at least the size asked for and does not change while the block
-///   is live (accounting that adds it at allocation and subtracts it at free balances).
+///   is live;
+/// * the `_usable` functions report each block's *accounted size*, fixed for the block's
+///   life: what [`alloc_usable`](Self::alloc_usable), [`alloc_aligned_usable`](Self::alloc_aligned_usable)
+///   and the `new` of a resize report for a block is what [`free_usable`](Self::free_usable)
+///   and the `old` of a resize report for it (accounting that adds one and subtracts the
+///   other balances). By default it is `usable_size`; a backend whose allocator reports a
+///   block's size as it allocates and frees (mimalloc's `mi_umalloc`/`mi_ufree`: the whole
+///   block, at no extra lookup) may report that instead.
 pub unsafe trait SizelessFree: Sync {
     /// Allocates `size` bytes aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN).
     fn alloc(&self, size: usize) -> *mut u8;
@@ -67,7 +74,7 @@ pub unsafe trait SizelessFree: Sync {
     /// `ptr` is a live block of this backend.
     unsafe fn usable_size(&self, ptr: *mut u8) -> usize;
 
-    /// [`alloc`](Self::alloc), and the block's usable size (0 with NULL). A backend that
+    /// [`alloc`](Self::alloc), and the block's accounted size (0 with NULL). A backend that
     /// learns the size while allocating (mimalloc's `mi_umalloc`) overrides it, so that
     /// accounting costs no second lookup.
     #[inline]
@@ -80,7 +87,7 @@ pub unsafe trait SizelessFree: Sync {
         (p, unsafe { self.usable_size(p) })
     }
 
-    /// [`alloc_aligned`](Self::alloc_aligned), and the block's usable size (0 with NULL).
+    /// [`alloc_aligned`](Self::alloc_aligned), and the block's accounted size (0 with NULL).
     #[inline]
     fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
         let p = self.alloc_aligned(size, align);
@@ -91,7 +98,7 @@ pub unsafe trait SizelessFree: Sync {
         (p, unsafe { self.usable_size(p) })
     }
 
-    /// [`free`](Self::free), returning the usable size the block had.
+    /// [`free`](Self::free), returning the accounted size the block had.
     ///
     /// # Safety
     /// `ptr` is a live block of this backend.
@@ -102,6 +109,46 @@ pub unsafe trait SizelessFree: Sync {
             let n = self.usable_size(ptr);
             self.free(ptr);
             n
+        }
+    }
+
+    /// [`realloc`](Self::realloc), with `(p, old, new)`: `new - old` is the change in
+    /// accounted size. When the block moves, `old` is the old block's accounted size and `new`
+    /// the new one's; when it stays, they may be any equal pair. When `p` is NULL nothing
+    /// changed (`ptr` is still live with its size) and `old`/`new` mean nothing.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    #[inline]
+    unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
+        // SAFETY: the caller's promise; the old block is measured before the resize, the new
+        // one only when there is one.
+        unsafe {
+            let old = self.usable_size(ptr);
+            let p = self.realloc(ptr, size);
+            let new = if p.is_null() { 0 } else { self.usable_size(p) };
+            (p, old, new)
+        }
+    }
+
+    /// [`realloc_aligned`](Self::realloc_aligned), with the accounted sizes as
+    /// [`realloc_usable`](Self::realloc_usable) reports them.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    #[inline]
+    unsafe fn realloc_aligned_usable(
+        &self,
+        ptr: *mut u8,
+        size: usize,
+        align: usize,
+    ) -> (*mut u8, usize, usize) {
+        // SAFETY: as in `realloc_usable`.
+        unsafe {
+            let old = self.usable_size(ptr);
+            let p = self.realloc_aligned(ptr, size, align);
+            let new = if p.is_null() { 0 } else { self.usable_size(p) };
+            (p, old, new)
         }
     }
 }
@@ -181,20 +228,30 @@ mod mi {
     use crate::Mimalloc;
     use libmimalloc_sys as ffi;
 
-    // `mi_usable_size` is behind libmimalloc-sys's `extended` feature, and `mi_umalloc`
-    // (which reports the block size while allocating, at no extra lookup) is mimalloc 3's,
-    // which libmimalloc-sys builds unless its `v2` feature is on; the symbols are in the
-    // library, so declare them here.
+    // `mi_usable_size` is behind libmimalloc-sys's `extended` feature, and the `u` entry
+    // points (which report the block's size while allocating, resizing and freeing, at no
+    // extra lookup) are mimalloc 3's, which libmimalloc-sys builds unless its `v2` feature is
+    // on; the symbols are in the library, so declare them here.
     unsafe extern "C" {
         fn mi_usable_size(p: *const c_void) -> usize;
-        fn mi_umalloc(size: usize, usable: *mut usize) -> *mut c_void;
+        fn mi_umalloc(size: usize, block_size: *mut usize) -> *mut c_void;
+        fn mi_umalloc_aligned(size: usize, align: usize, block_size: *mut usize) -> *mut c_void;
+        fn mi_urealloc(
+            p: *mut c_void,
+            size: usize,
+            block_size_pre: *mut usize,
+            block_size_post: *mut usize,
+        ) -> *mut c_void;
+        fn mi_ufree(p: *mut c_void, block_size: *mut usize);
     }
 
     // SAFETY: `mi_malloc` of at least 16 bytes is 16-aligned (MI_MAX_ALIGN_SIZE), and the
     // smaller sizes are served as 16; the aligned entry points return blocks of the requested
     // alignment; `mi_realloc`/`mi_realloc_aligned` keep the contents and leave the old block
     // valid when they fail; `mi_free` frees any mimalloc block; `mi_usable_size` is fixed
-    // while a block is live.
+    // while a block is live. The accounted size is the whole block, as mimalloc's `u` entry
+    // points report it (`mi_page_usable_block_size` of the block's page, in every one of
+    // them), fixed for the block's life.
     unsafe impl super::SizelessFree for Mimalloc {
         #[inline]
         fn alloc(&self, size: usize) -> *mut u8 {
@@ -226,38 +283,69 @@ mod mi {
             // SAFETY: `ptr` is a live mimalloc block.
             unsafe { mi_usable_size(ptr.cast_const().cast()) }
         }
+        // Accounting reads the block size that mimalloc's `u` entry points report for the
+        // whole block, at allocation, resize and free alike: one page lookup per call (the
+        // one the call makes anyway). Reading `mi_usable_size` at free instead costs a second
+        // lookup, and would not agree with the `u` reports for a pointer aligned inside its
+        // block (an over-aligned request, or a block an aligned resize moved): `mi_usable_size`
+        // counts from the pointer, the `u` reports count the whole block (measured: 81920
+        // against 32768 after an aligned resize to a 1 << 17 boundary).
         #[inline]
         fn alloc_usable(&self, size: usize) -> (*mut u8, usize) {
-            let mut usable = 0;
-            // SAFETY: plain FFI call; `usable` is written only when a block is returned.
-            let p = unsafe { mi_umalloc(size.max(TABLE_MIN_ALIGN), &mut usable) };
-            (p.cast(), usable)
+            let mut block = 0;
+            // SAFETY: plain FFI call; `block` is written only when a block is returned.
+            let p = unsafe { mi_umalloc(size.max(TABLE_MIN_ALIGN), &mut block) };
+            (p.cast(), if p.is_null() { 0 } else { block })
         }
-        // The aligned allocation and the free read `mi_usable_size`, not the `u` entry
-        // points' reports: for a pointer aligned inside its block (an over-aligned request,
-        // or a block that `mi_realloc_aligned` moved), `mi_ufree` reports the whole block
-        // while `mi_usable_size` counts from the pointer (measured: 81920 against 32768
-        // after `mi_realloc_aligned(p, 40, 1 << 17)`), and the counts would not balance
-        // (`counting_mimalloc_balances` in tests/conformance.rs). A plain `mi_umalloc` block
-        // starts its block, where the two agree.
         #[inline]
         fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
-            let p = self.alloc_aligned(size, align);
-            if p.is_null() {
-                return (p, 0);
-            }
-            // SAFETY: `p` is the live block just returned.
-            (p, unsafe { self.usable_size(p) })
+            let mut block = 0;
+            // SAFETY: plain FFI call; `align` is a power of two; `block` is written only when
+            // a block is returned.
+            let p = unsafe { mi_umalloc_aligned(size, align, &mut block) };
+            (p.cast(), if p.is_null() { 0 } else { block })
         }
         #[inline]
         unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
-            // Its size is read before it is freed, once.
+            let mut block = 0;
             // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
-            unsafe {
-                let usable = self.usable_size(ptr);
-                self.free(ptr);
-                usable
+            unsafe { mi_ufree(ptr.cast(), &mut block) };
+            block
+        }
+        #[inline]
+        unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
+            let (mut old, mut new) = (0, 0);
+            // SAFETY: `ptr` is a live mimalloc block; at least 16 bytes keeps 16 alignment.
+            let p =
+                unsafe { mi_urealloc(ptr.cast(), size.max(TABLE_MIN_ALIGN), &mut old, &mut new) };
+            (p.cast(), old, new)
+        }
+        // mimalloc has no `u` form of its aligned resize, so this is `mi_realloc_aligned`'s
+        // own policy over the `u` entry points: keep the block when it is aligned and the
+        // new size fits in it with at most half wasted (its accounted size is unchanged),
+        // else allocate, copy what both hold, free.
+        unsafe fn realloc_aligned_usable(
+            &self,
+            ptr: *mut u8,
+            size: usize,
+            align: usize,
+        ) -> (*mut u8, usize, usize) {
+            // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
+            let usable = unsafe { mi_usable_size(ptr.cast_const().cast()) };
+            if size <= usable && size >= usable - usable / 2 && ptr as usize % align == 0 {
+                return (ptr, 0, 0);
             }
+            let (fresh, new) = self.alloc_aligned_usable(size, align);
+            if fresh.is_null() {
+                return (fresh, 0, 0);
+            }
+            // SAFETY: `ptr` is live with `usable` bytes and `fresh` holds at least `size`;
+            // distinct blocks; `ptr` is freed once, after the copy.
+            let old = unsafe {
+                core::ptr::copy_nonoverlapping(ptr, fresh, usable.min(size));
+                self.free_usable(ptr)
+            };
+            (fresh, old, new)
         }
     }
 }

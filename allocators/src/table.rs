@@ -76,9 +76,10 @@ pub const TABLE_MIN_ALIGN: usize = 16;
 /// table: Miri cannot run `malloc_usable_size` or mimalloc.)
 ///
 /// What the header gave, and what a headerless table keeps of it:
-/// * *The size on free*: the backend finds it itself; [`Counting`](crate::Counting) counts the backend's usable
-///   size (`malloc_usable_size`, `mi_usable_size`) at allocation and again at free, so its
-///   counts and live bytes stay exact.
+/// * *The size on free*: the backend finds it itself; [`Counting`](crate::Counting) counts the
+///   size the backend reports for the block at allocation and again at free (glibc's
+///   `malloc_usable_size`; the whole block as mimalloc's `mi_umalloc`/`mi_ufree` report it), so
+///   its counts and live bytes stay exact.
 /// * *The alignment through `reallocate`*: a headerless `reallocate` keeps the alignment the
 ///   old pointer has by its address, up to 64 KiB (at least what was asked for, sometimes
 ///   more: a block whose address happens to be 64-aligned is moved to another 64-aligned
