@@ -121,14 +121,8 @@ pub unsafe trait SizelessFree: Sync {
     /// `ptr` is a live block of this backend.
     #[inline]
     unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
-        // SAFETY: the caller's promise; the old block is measured before the resize, the new
-        // one only when there is one.
-        unsafe {
-            let old = self.usable_size(ptr);
-            let p = self.realloc(ptr, size);
-            let new = if p.is_null() { 0 } else { self.usable_size(p) };
-            (p, old, new)
-        }
+        // SAFETY: the caller's promise, for both the measuring and the resize.
+        unsafe { measured_resize(self, ptr, || self.realloc(ptr, size)) }
     }
 
     /// [`realloc_aligned`](Self::realloc_aligned), with the accounted sizes as
@@ -143,13 +137,28 @@ pub unsafe trait SizelessFree: Sync {
         size: usize,
         align: usize,
     ) -> (*mut u8, usize, usize) {
-        // SAFETY: as in `realloc_usable`.
-        unsafe {
-            let old = self.usable_size(ptr);
-            let p = self.realloc_aligned(ptr, size, align);
-            let new = if p.is_null() { 0 } else { self.usable_size(p) };
-            (p, old, new)
-        }
+        // SAFETY: the caller's promise, for both the measuring and the resize.
+        unsafe { measured_resize(self, ptr, || self.realloc_aligned(ptr, size, align)) }
+    }
+}
+
+/// A resize measured by `usable_size`: the old block before `resize` runs, the new one after
+/// (0 when it failed), for the default `realloc_usable` and `realloc_aligned_usable`.
+///
+/// # Safety
+/// `ptr` is a live block of `b`, and `resize` resizes it as `SizelessFree::realloc` does.
+#[inline]
+unsafe fn measured_resize<B: SizelessFree + ?Sized>(
+    b: &B,
+    ptr: *mut u8,
+    resize: impl FnOnce() -> *mut u8,
+) -> (*mut u8, usize, usize) {
+    // SAFETY: `ptr` is live until `resize` runs, and the block it returns is live after.
+    unsafe {
+        let old = b.usable_size(ptr);
+        let p = resize();
+        let new = if p.is_null() { 0 } else { b.usable_size(p) };
+        (p, old, new)
     }
 }
 
