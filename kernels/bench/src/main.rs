@@ -527,50 +527,44 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
 }
 
 fn json(rows: &[Row], peak: f64, isa: &str) -> String {
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "{{\n  \"fma_peak_gflops\": {peak:.3},\n  \"keepalloc_isa\": \"{isa}\",\n  \"threads\": 1,\n  \"shapes\": ["
-    );
-    for (i, row) in rows.iter().enumerate() {
-        let (m, k, n) = row.shape;
-        let _ = write!(
-            s,
-            "{}\n    {{\"m\": {m}, \"k\": {k}, \"n\": {n}",
-            if i == 0 { "" } else { "," }
-        );
-        if let Some(bw) = row.bandwidth {
-            let _ = write!(
-                s,
-                ", \"read_bandwidth_gbs\": {bw:.3}, \"memory_roof_gflops\": {:.3}",
-                bw / 2.0
-            );
-        }
-        s.push_str(", \"results\": {");
-        for (j, c) in row.cells.iter().enumerate() {
-            let sep = if j == 0 { "" } else { ", " };
-            match &c.gflops {
-                Ok(g) => {
-                    let _ = write!(
-                        s,
-                        "{sep}\"{}\": {{\"gflops\": {g:.3}, \"correct\": {}}}",
-                        c.lib.name(),
-                        c.correct
-                    );
-                }
-                Err(why) => {
-                    let _ = write!(
-                        s,
-                        "{sep}\"{}\": {{\"skipped\": \"{}\"}}",
-                        c.lib.name(),
-                        why.replace('"', "'")
-                    );
-                }
+    let shapes: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let (m, k, n) = row.shape;
+            let mut o = serde_json::json!({ "m": m, "k": k, "n": n });
+            if let Some(bw) = row.bandwidth {
+                o["read_bandwidth_gbs"] = bw.into();
+                o["memory_roof_gflops"] = (bw / 2.0).into();
             }
-        }
-        s.push_str("}}");
+            o["results"] = row
+                .cells
+                .iter()
+                .map(|c| (c.lib.name().to_owned(), result_json(&c.gflops, c.correct)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+            o
+        })
+        .collect();
+    to_pretty(&serde_json::json!({
+        "fma_peak_gflops": peak,
+        "keepalloc_isa": isa,
+        "threads": 1,
+        "shapes": shapes,
+    }))
+}
+
+/// One library's cell in the JSON: `{"gflops", "correct"}`, or `{"skipped": why}`.
+pub(crate) fn result_json(gflops: &Result<f64, String>, correct: bool) -> serde_json::Value {
+    match gflops {
+        Ok(g) => serde_json::json!({ "gflops": g, "correct": correct }),
+        Err(why) => serde_json::json!({ "skipped": why }),
     }
-    s.push_str("\n  ]\n}\n");
+}
+
+/// A JSON document as the bench writes it: pretty, with a final newline.
+pub(crate) fn to_pretty(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("a JSON value always serializes");
+    s.push('\n');
     s
 }
 
@@ -580,6 +574,39 @@ mod tests {
 
     fn options(args: &[&str]) -> Result<Options, clap::Error> {
         Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(Options::from)
+    }
+
+    #[test]
+    fn json_keeps_every_figure_and_reason() {
+        let why = "dlopen(\"C:\\x\"): no such file\nsecond line\t\u{1}";
+        let rows = [Row {
+            shape: (1, 2, 3),
+            cells: vec![
+                Cell {
+                    lib: Lib::ALL[0],
+                    gflops: Ok(12.5),
+                    correct: true,
+                },
+                Cell {
+                    lib: Lib::ALL[1],
+                    gflops: Err(why.into()),
+                    correct: true,
+                },
+            ],
+            bandwidth: Some(20.0),
+        }];
+        let v: serde_json::Value = serde_json::from_str(&json(&rows, 170.0, "avx512")).unwrap();
+        assert_eq!(v["fma_peak_gflops"], 170.0);
+        let shape = &v["shapes"][0];
+        assert_eq!(
+            (&shape["m"], &shape["k"], &shape["n"]),
+            (&1.into(), &2.into(), &3.into())
+        );
+        assert_eq!(shape["memory_roof_gflops"], 10.0);
+        let results = &shape["results"];
+        assert_eq!(results[Lib::ALL[0].name()]["gflops"], 12.5);
+        assert_eq!(results[Lib::ALL[0].name()]["correct"], true);
+        assert_eq!(results[Lib::ALL[1].name()]["skipped"], why);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The machine's limits, measured in the same run: the FMA peak of one core and the
-//! streaming read bandwidth for a buffer the size of the weights.
+//! The machine's limits, measured in the same run: the FMA peak of one core (and of T
+//! cores at once, for `--threads T`) and the streaming read bandwidth for a buffer the size
+//! of the weights.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -11,9 +12,49 @@ pub fn fma_peak() -> f64 {
     (0..5).map(|_| fma_once()).fold(0.0, f64::max)
 }
 
+/// FMA peak of `threads` cores at once, in GFLOPS summed over them: every thread runs the
+/// one-core probe loop, released together by a barrier, and the figure is all their FLOPs
+/// over the wall time from the first thread's start to the last one's end. Best of several
+/// runs, as [`fma_peak`].
+pub fn fma_peak_threads(threads: usize) -> f64 {
+    (0..5)
+        .map(|_| fma_once_threads(threads))
+        .fold(0.0, f64::max)
+}
+
+fn fma_once_threads(threads: usize) -> f64 {
+    let barrier = std::sync::Barrier::new(threads);
+    let runs: Vec<(Instant, Instant, f64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let flops = fma_flops(ITERS);
+                    (start, Instant::now(), flops)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("probe thread"))
+            .collect()
+    });
+    let start = runs.iter().map(|r| r.0).min().expect("a thread");
+    let end = runs.iter().map(|r| r.1).max().expect("a thread");
+    runs.iter().map(|r| r.2).sum::<f64>() / (end - start).as_secs_f64() / 1e9
+}
+
+const ITERS: u64 = 10_000_000;
+
 fn fma_once() -> f64 {
-    let iters = 10_000_000u64;
     let start = Instant::now();
+    let flops = fma_flops(ITERS);
+    flops / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// Runs the FMA loop for `iters` steps on this thread; returns the FLOPs it did.
+fn fma_flops(iters: u64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     let flops = {
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -28,7 +69,7 @@ fn fma_once() -> f64 {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let flops = scalar_fma(iters);
-    flops / start.elapsed().as_secs_f64() / 1e9
+    flops
 }
 
 fn scalar_fma(iters: u64) -> f64 {

@@ -167,6 +167,14 @@ pub fn run(
     println!(
         "keepalloc-kernels bench: {threads} threads, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
     );
+    let probe = Probe::take(threads);
+    println!(
+        "FMA peak (probe, before the shapes): {:.1} GFLOPS on one core, {:.1} on {threads} at once \
+         ({:.2}x)",
+        probe.one,
+        probe.all,
+        probe.scaling()
+    );
     let mut rows = Vec::new();
     let mut wrong = Vec::new();
     for &(m, k, n) in shapes {
@@ -207,7 +215,16 @@ pub fn run(
             cells,
         });
     }
+    let probe = probe.best(Probe::take(threads));
     print_table(&rows, threads);
+    println!(
+        "FMA peak (probe, best of the run): {:.1} GFLOPS on one core, {:.1} on {threads} at once: \
+         the machine's own {threads}-thread scaling is {:.2}x, the ceiling for vs_1t on \
+         compute-bound shapes",
+        probe.one,
+        probe.all,
+        probe.scaling()
+    );
     for peer in Peer::ALL {
         if let Some((_, Err(why), _)) = rows
             .first()
@@ -223,7 +240,7 @@ pub fn run(
         if let Some(dir) = Path::new(path).parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa)) {
+        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa, &probe)) {
             eprintln!("could not write {path}: {e}");
             return ExitCode::FAILURE;
         }
@@ -284,55 +301,62 @@ fn print_table(rows: &[Row], threads: usize) {
     );
 }
 
-fn to_json(rows: &[Row], threads: usize, isa: &str) -> String {
-    let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let mut s = format!(
-        "{{\n  \"threads\": {threads},\n  \"keepalloc_isa\": \"{isa}\",\n  \"loadavg\": \"{}\",\n  \"shapes\": [",
-        uptime.trim()
-    );
-    for (i, row) in rows.iter().enumerate() {
-        let (m, k, n) = row.shape;
-        let _ = write!(
-            s,
-            "{}\n    {{\"m\": {m}, \"k\": {k}, \"n\": {n}, \"results\": {{",
-            if i == 0 { "" } else { "," }
-        );
-        for (j, (p, g, ok)) in row.cells.iter().enumerate() {
-            let sep = if j == 0 { "" } else { ", " };
-            match g {
-                Ok(g) => {
-                    let _ = write!(
-                        s,
-                        "{sep}\"{}\": {{\"gflops\": {g:.3}, \"correct\": {ok}}}",
-                        p.name()
-                    );
-                }
-                Err(why) => {
-                    let _ = write!(
-                        s,
-                        "{sep}\"{}\": {{\"skipped\": \"{}\"}}",
-                        p.name(),
-                        why.replace('"', "'")
-                    );
-                }
-            }
+fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let shapes: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let (m, k, n) = row.shape;
+            let results: serde_json::Map<_, _> = row
+                .cells
+                .iter()
+                .map(|(p, g, ok)| (p.name().to_owned(), crate::result_json(g, *ok)))
+                .collect();
+            let ratios: serde_json::Map<_, _> = ratios(row)
+                .into_iter()
+                .map(|(name, r)| (name.to_owned(), r.into()))
+                .collect();
+            serde_json::json!({ "m": m, "k": k, "n": n, "results": results, "ratios": ratios })
+        })
+        .collect();
+    crate::to_pretty(&serde_json::json!({
+        "threads": threads,
+        "keepalloc_isa": isa,
+        "loadavg": loadavg.trim(),
+        "fma_peak_gflops_1t": probe.one,
+        "fma_peak_gflops_threads": probe.all,
+        "fma_scaling": probe.scaling(),
+        "shapes": shapes,
+    }))
+}
+
+/// The FMA probe on one core and on `threads` cores at once, best of the run: what the
+/// machine itself gives a second core at this moment, beside which `vs_1t` is read (on a
+/// shared machine a busy neighbour, or a lower clock with every core busy, lowers it).
+struct Probe {
+    one: f64,
+    all: f64,
+}
+
+impl Probe {
+    fn take(threads: usize) -> Probe {
+        Probe {
+            one: crate::probe::fma_peak(),
+            all: crate::probe::fma_peak_threads(threads),
         }
-        s.push_str("}, \"ratios\": {");
-        for (j, (name, r)) in ratios(row).into_iter().enumerate() {
-            let sep = if j == 0 { "" } else { ", " };
-            match r {
-                Some(r) => {
-                    let _ = write!(s, "{sep}\"{name}\": {r:.4}");
-                }
-                None => {
-                    let _ = write!(s, "{sep}\"{name}\": null");
-                }
-            }
-        }
-        s.push_str("}}");
     }
-    s.push_str("\n  ]\n}\n");
-    s
+
+    /// Keeps the best of both probes (a probe can only come out low).
+    fn best(self, other: Probe) -> Probe {
+        Probe {
+            one: self.one.max(other.one),
+            all: self.all.max(other.all),
+        }
+    }
+
+    fn scaling(&self) -> f64 {
+        self.all / self.one
+    }
 }
 
 // ---------------------------------------------------------------------------------------
