@@ -306,7 +306,13 @@ impl<A> Counting<A> {
     fn count_free(&self, bytes: usize) {
         self.with_shard(|shard, shared| {
             add_u64(shared, &shard.deallocations, 1);
-            add_live(shared, shard, (bytes as isize).wrapping_neg());
+            // A free only lowers `live`: no peak to check.
+            if shared {
+                shard.live.fetch_sub(bytes as isize, Relaxed);
+            } else {
+                let live = &shard.live;
+                live.store(live.load(Relaxed).wrapping_sub(bytes as isize), Relaxed);
+            }
         });
     }
 
@@ -474,13 +480,16 @@ unsafe impl<B: SizelessFree> SizelessFree for Counting<B> {
     }
 
     #[inline]
-    unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
+    unsafe fn free_counted(&self, ptr: *mut u8, count: impl FnOnce(usize)) {
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let bytes = unsafe { self.inner.free_usable(ptr) };
-        if self.counted {
-            self.count_free(bytes);
+        unsafe {
+            self.inner.free_counted(ptr, |bytes| {
+                if self.counted {
+                    self.count_free(bytes);
+                }
+                count(bytes);
+            })
         }
-        bytes
     }
 
     #[inline]
@@ -569,8 +578,7 @@ impl<B: SizelessFree> Counting<B> {
     #[inline(never)]
     unsafe extern "C" fn counted_free(&self, ptr: *mut u8) {
         // SAFETY: `ptr` is a live block of the backend (the caller's promise).
-        let bytes = unsafe { self.inner.free_usable(ptr) };
-        self.count_free(bytes);
+        unsafe { self.inner.free_counted(ptr, |bytes| self.count_free(bytes)) }
     }
 
     /// # Safety

@@ -42,8 +42,8 @@ use crate::TABLE_MIN_ALIGN;
 ///   is live;
 /// * the `_usable` functions report each block's *accounted size*, fixed for the block's
 ///   life: what [`alloc_usable`](Self::alloc_usable), [`alloc_aligned_usable`](Self::alloc_aligned_usable)
-///   and the `new` of a resize report for a block is what [`free_usable`](Self::free_usable)
-///   and the `old` of a resize report for it (accounting that adds one and subtracts the
+///   and the `new` of a resize report for a block is what [`free_counted`](Self::free_counted)
+///   (and so [`free_usable`](Self::free_usable)) and the `old` of a resize report for it (accounting that adds one and subtracts the
 ///   other balances). By default it is `usable_size`; a backend whose allocator reports a
 ///   block's size as it allocates and frees (mimalloc's `mi_umalloc`/`mi_ufree`: the whole
 ///   block, at no extra lookup) may report that instead.
@@ -98,18 +98,32 @@ pub unsafe trait SizelessFree: Sync {
         (p, unsafe { self.usable_size(p) })
     }
 
-    /// [`free`](Self::free), returning the accounted size the block had.
+    /// [`free`](Self::free), handing the block's accounted size to `count`: by default
+    /// measured before the free, so that the free is the last call (a tail call); a backend
+    /// whose free reports the size (mimalloc's `mi_ufree`) hands it over after.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this backend.
+    #[inline]
+    unsafe fn free_counted(&self, ptr: *mut u8, count: impl FnOnce(usize)) {
+        // SAFETY: the caller's promise; the block is measured before it is freed.
+        unsafe {
+            count(self.usable_size(ptr));
+            self.free(ptr)
+        }
+    }
+
+    /// [`free`](Self::free), returning the accounted size the block had (what
+    /// [`free_counted`](Self::free_counted) reports).
     ///
     /// # Safety
     /// `ptr` is a live block of this backend.
     #[inline]
     unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
-        // SAFETY: the caller's promise; the block is measured before it is freed.
-        unsafe {
-            let n = self.usable_size(ptr);
-            self.free(ptr);
-            n
-        }
+        let mut n = 0;
+        // SAFETY: the caller's promise.
+        unsafe { self.free_counted(ptr, |bytes| n = bytes) };
+        n
     }
 
     /// [`realloc`](Self::realloc), with `(p, old, new)`: `new - old` is the change in
@@ -315,11 +329,11 @@ mod mi {
             (p.cast(), if p.is_null() { 0 } else { block })
         }
         #[inline]
-        unsafe fn free_usable(&self, ptr: *mut u8) -> usize {
+        unsafe fn free_counted(&self, ptr: *mut u8, count: impl FnOnce(usize)) {
             let mut block = 0;
             // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
             unsafe { mi_ufree(ptr.cast(), &mut block) };
-            block
+            count(block);
         }
         #[inline]
         unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
