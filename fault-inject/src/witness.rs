@@ -18,7 +18,7 @@
 //! The three ways an owner can be betrayed are three distinct findings: a second owner
 //! constructed (`second-owner`, from the construction count), an owner rebuilt in place
 //! (`owner-rebuilt`: the canary is intact but the serial is not the captured one), and an
-//! owner dropped or freed (`use-after-free`: the canary reads as the free fill).
+//! owner dropped or freed (`use-after-free`: the canary or the serial reads as the free fill).
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -133,21 +133,25 @@ impl Drop for Witness {
 /// one dropped in place or freed into the scribbling allocator's quarantine (which is what
 /// this check exists to find).
 pub unsafe fn judge(at: *const Witness, size: usize) -> Result<u64, Violation> {
+    // The serial is read first: a drop overwrites the canary first, so a reader racing with
+    // it that sees the new serial also sees the new canary (stores and loads in order), and
+    // a serial that reads as the free fill is a drop in progress, whatever the canary read.
+    // Read canary-first, such a race once gave an intact canary with a filled serial,
+    // reported as an owner rebuilt in place (serial 0x5555555555555555) instead of the
+    // use-after-free it is.
     // SAFETY: readable per the caller's promise; volatile so nothing is assumed about it.
-    let (canary, serial) = unsafe {
-        (
-            core::ptr::addr_of!((*at).canary).read_volatile(),
-            core::ptr::addr_of!((*at).serial).read_volatile(),
-        )
+    let (serial, canary) = unsafe {
+        let serial = core::ptr::addr_of!((*at).serial).read_volatile();
+        (serial, core::ptr::addr_of!((*at).canary).read_volatile())
     };
     let violation = |kind| Violation {
         kind,
         address: at as usize,
         size,
     };
-    if canary != CANARY {
-        let fill = u64::from_ne_bytes([DROPPED_FILL; 8]);
-        return Err(violation(if canary == fill {
+    let fill = u64::from_ne_bytes([DROPPED_FILL; 8]);
+    if canary != CANARY || serial == fill {
+        return Err(violation(if canary == fill || serial == fill {
             ViolationKind::UseAfterFree { found: canary }
         } else {
             ViolationKind::CanaryDead { found: canary }
@@ -233,5 +237,24 @@ mod tests {
         // SAFETY: the slot is still readable.
         let found = unsafe { judge(at, 16) }.unwrap_err();
         assert_eq!(found.kind.name(), "use-after-free");
+    }
+
+    /// A reader that races with a drop can see the canary before it was overwritten and the
+    /// serial after: that is a use-after-free, not an owner rebuilt in place.
+    #[test]
+    fn a_torn_drop_is_a_use_after_free() {
+        // A drop half done: the canary not yet overwritten, the serial already.
+        let torn = core::mem::ManuallyDrop::new(Witness {
+            canary: CANARY,
+            serial: u64::from_ne_bytes([DROPPED_FILL; 8]),
+        });
+        let at: *const Witness = &*torn;
+        // SAFETY: `torn` is live.
+        let found = unsafe { judge(at, 16) };
+        assert_eq!(
+            found.map_err(|v| v.kind.name()),
+            Err("use-after-free"),
+            "a filled serial under an intact canary"
+        );
     }
 }
