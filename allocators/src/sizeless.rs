@@ -323,8 +323,8 @@ mod mi {
         #[inline]
         fn alloc_aligned_usable(&self, size: usize, align: usize) -> (*mut u8, usize) {
             let mut block = 0;
-            // SAFETY: plain FFI call; `align` is a power of two; `block` is written only when
-            // a block is returned.
+            // `block` is written only when a block is returned.
+            // SAFETY: plain FFI call; `align` is a power of two.
             let p = unsafe { mi_umalloc_aligned(size, align, &mut block) };
             (p.cast(), if p.is_null() { 0 } else { block })
         }
@@ -338,9 +338,10 @@ mod mi {
         #[inline]
         unsafe fn realloc_usable(&self, ptr: *mut u8, size: usize) -> (*mut u8, usize, usize) {
             let (mut old, mut new) = (0, 0);
-            // SAFETY: `ptr` is a live mimalloc block; at least 16 bytes keeps 16 alignment.
-            let p =
-                unsafe { mi_urealloc(ptr.cast(), size.max(TABLE_MIN_ALIGN), &mut old, &mut new) };
+            // At least 16 bytes keeps 16 alignment.
+            let size = size.max(TABLE_MIN_ALIGN);
+            // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
+            let p = unsafe { mi_urealloc(ptr.cast(), size, &mut old, &mut new) };
             (p.cast(), old, new)
         }
         // mimalloc has no `u` form of its aligned resize, so this is `mi_realloc_aligned`'s
@@ -362,8 +363,8 @@ mod mi {
             if fresh.is_null() {
                 return (fresh, 0, 0);
             }
-            // SAFETY: `ptr` is live with `usable` bytes and `fresh` holds at least `size`;
-            // distinct blocks; `ptr` is freed once, after the copy.
+            // `ptr` is live with `usable` bytes and `fresh` holds at least `size`.
+            // SAFETY: two distinct live blocks; `ptr` is freed once, after the copy.
             let old = unsafe {
                 core::ptr::copy_nonoverlapping(ptr, fresh, usable.min(size));
                 self.free_usable(ptr)
