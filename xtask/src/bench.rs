@@ -11,7 +11,8 @@
 //! pthreadpool through the `Parallel` trait), with its own 1-thread figure measured in the
 //! same rounds, against Debian's XNNPACK and current XNNPACK each on a T-thread pthreadpool
 //! and OpenBLAS with T threads; the same shapes, interleaved, every output checked, JSON
-//! with GFLOPS medians and the ratios (keepalloc over each peer and over its 1-thread run).
+//! with GFLOPS medians and the ratios (keepalloc over each peer and over its 1-thread run),
+//! each the median of the rounds' own ratios.
 
 use crate::util;
 

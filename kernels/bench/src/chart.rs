@@ -27,7 +27,7 @@ pub fn draw(
     let top = rows
         .iter()
         .flat_map(|r| r.cells.iter())
-        .filter_map(|c| c.gflops.as_ref().ok().copied())
+        .filter_map(|c| c.gflops.as_ref().ok().map(|g| g.median))
         .fold(peak, f64::max)
         * 1.1;
     let labels: Vec<String> = rows.iter().map(Row::label).collect();
@@ -64,8 +64,8 @@ pub fn draw(
                 .find(|c| c.lib == lib)?
                 .gflops
                 .as_ref()
-                .ok()
-                .copied()?;
+                .ok()?
+                .median;
             let x0 = i as f64 + 0.1 + li as f64 * width;
             Some(Rectangle::new(
                 [(x0, 0.0), (x0 + width * 0.9, g)],

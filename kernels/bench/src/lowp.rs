@@ -25,6 +25,7 @@ use keepalloc_kernels::{
 
 use crate::probe::{self, DotPeak};
 use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
+use crate::{Measured, paired_ratio};
 
 /// A low-precision operator kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,7 +275,7 @@ fn runner<'a>(
 /// One shape's results: GOPS (or why skipped) and correctness per library.
 struct Row {
     shape: (usize, usize, usize),
-    cells: Vec<(Lib, Result<f64, String>, bool)>,
+    cells: Vec<(Lib, Result<Measured, String>, bool)>,
     /// Batch 1: the GOPS at which reading the weights once at this core's measured read
     /// bandwidth for a buffer of their size takes the whole run (each weight is read once
     /// per run, so no kernel beats it by much).
@@ -282,11 +283,16 @@ struct Row {
 }
 
 impl Row {
-    fn of(&self, lib: Lib) -> Option<f64> {
+    fn of(&self, lib: Lib) -> Option<&Measured> {
         self.cells
             .iter()
             .find(|c| c.0 == lib)
-            .and_then(|c| c.1.as_ref().ok().copied())
+            .and_then(|c| c.1.as_ref().ok())
+    }
+
+    /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
+    fn ratio_to(&self, lib: Lib) -> Option<f64> {
+        paired_ratio(self.of(Lib::Keepalloc)?, self.of(lib)?)
     }
 }
 
@@ -416,33 +422,32 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                     .iter()
                     .find(|c| c.0 == lib)
                     .map_or("-".to_string(), |c| match &c.1 {
-                        Ok(g) => format!("{g:.1}{}", if c.2 { "" } else { "!" }),
+                        Ok(g) => format!("{:.1}{}", g.median, if c.2 { "" } else { "!" }),
                         Err(_) => "skipped".into(),
                     })
             };
-            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                (Some(a), Some(b)) => format!("{:.2}x", a / b),
-                _ => "-".into(),
-            };
-            let ours = row.of(Lib::Keepalloc);
+            let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+            let ours = row.of(Lib::Keepalloc).map(|g| g.median);
             let mut line = format!(
                 "{:<18}{:>12}{:>13}{:>10}{:>9}",
                 format!("{m}x{k}x{n}"),
                 cell(Lib::Keepalloc),
                 cell(Lib::Xnnpack),
-                ratio(ours, row.of(Lib::Xnnpack)),
+                ratio(row.ratio_to(Lib::Xnnpack)),
                 ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak)),
             );
             if kind == Kind::Qd8F32Qc8w {
+                // The faster XNNPACK path by median, paired by round.
                 let best = match (row.of(Lib::Xnnpack), row.of(Lib::XnnpackSubgraph)) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
+                    (Some(a), Some(b)) if b.median > a.median => Lib::XnnpackSubgraph,
+                    (None, Some(_)) => Lib::XnnpackSubgraph,
+                    _ => Lib::Xnnpack,
                 };
                 let _ = write!(
                     line,
                     "{:>14}{:>13}",
                     cell(Lib::XnnpackSubgraph),
-                    ratio(ours, best)
+                    ratio(row.ratio_to(best))
                 );
             }
             if kind == Kind::F32Qc8w {
@@ -450,7 +455,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                     line,
                     "{:>15}{:>10}",
                     cell(Lib::KeepallocF32),
-                    ratio(ours, row.of(Lib::KeepallocF32))
+                    ratio(row.ratio_to(Lib::KeepallocF32))
                 );
             }
             if let Some(roof) = row.roof {

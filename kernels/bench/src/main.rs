@@ -45,8 +45,8 @@ const SHAPES: [(usize, usize, usize); 11] = [
 pub struct Cell {
     /// The library.
     pub lib: Lib,
-    /// Median GFLOPS, or why it was skipped.
-    pub gflops: Result<f64, String>,
+    /// GFLOPS (the median, and each round's), or why it was skipped.
+    pub gflops: Result<Measured, String>,
     /// Output matched the reference.
     pub correct: bool,
 }
@@ -68,19 +68,29 @@ impl Row {
         format!("{m}x{k}x{n}")
     }
 
-    fn of(&self, lib: Lib) -> Option<f64> {
+    fn measured(&self, lib: Lib) -> Option<&Measured> {
         self.cells
             .iter()
             .find(|c| c.lib == lib)
-            .and_then(|c| c.gflops.as_ref().ok().copied())
+            .and_then(|c| c.gflops.as_ref().ok())
     }
 
-    fn best_peer(&self) -> Option<(Lib, f64)> {
+    fn of(&self, lib: Lib) -> Option<f64> {
+        self.measured(lib).map(|m| m.median)
+    }
+
+    /// The peer with the highest median.
+    fn best_peer(&self) -> Option<(Lib, &Measured)> {
         self.cells
             .iter()
             .filter(|c| c.lib != Lib::Keepalloc)
-            .filter_map(|c| c.gflops.as_ref().ok().map(|&g| (c.lib, g)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .filter_map(|c| c.gflops.as_ref().ok().map(|g| (c.lib, g)))
+            .max_by(|a, b| a.1.median.total_cmp(&b.1.median))
+    }
+
+    /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
+    fn ratio_to(&self, lib: Lib) -> Option<f64> {
+        paired_ratio(self.measured(Lib::Keepalloc)?, self.measured(lib)?)
     }
 }
 
@@ -221,45 +231,79 @@ impl Timing {
         }
     }
 
-    fn median(&mut self) -> f64 {
-        self.samples.sort_by(f64::total_cmp);
-        self.samples[self.samples.len() / 2]
+    fn median(&self) -> f64 {
+        median(&self.samples)
     }
+}
+
+/// The median of `xs` (the upper middle of an even count); NaN for none.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One runner's figures: the median GFLOPS of all its samples, and each round's own median.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Measured {
+    /// The median of every sample.
+    pub median: f64,
+    /// Per round, the median of that round's samples.
+    pub rounds: Vec<f64>,
+}
+
+/// `a / b` as the median of the rounds' own ratios, `a.rounds[r] / b.rounds[r]`. The runners
+/// of a round run back to back, so a slow phase of this shared machine slows both sides of a
+/// round's ratio and divides out; the ratio of the two overall medians does not pair them (a
+/// slow phase over some rounds can drag one median and not the other).
+pub fn paired_ratio(a: &Measured, b: &Measured) -> Option<f64> {
+    if a.rounds.is_empty() || a.rounds.len() != b.rounds.len() {
+        return None;
+    }
+    let ratios: Vec<f64> = a.rounds.iter().zip(&b.rounds).map(|(x, y)| x / y).collect();
+    Some(median(&ratios))
 }
 
 /// Times every runner that was built, in [`ROUNDS`] rounds in which each takes its turn
 /// (after sleeping `pause`), about `budget` in all per runner; returns each runner's median
-/// GFLOPS, `None` for a runner that could not be built.
+/// GFLOPS and per-round medians, `None` for a runner that could not be built.
 fn median_gflops<L>(
     runners: &mut [(L, Result<peers::Runner<'_>, String>)],
     out: &mut [f32],
     flops: f64,
     budget: Duration,
     pause: Duration,
-) -> Vec<Option<f64>> {
-    let mut timings: Vec<Option<(Timing, usize)>> = runners
+) -> Vec<Option<Measured>> {
+    let mut timings: Vec<Option<(Timing, usize, Vec<f64>)>> = runners
         .iter_mut()
         .map(|(_, r)| {
             let run = r.as_mut().ok()?;
             let (t, sample) = Timing::calibrate(run, out);
             let per_round =
                 (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
-            Some((t, per_round))
+            Some((t, per_round, Vec::with_capacity(ROUNDS)))
         })
         .collect();
     for _ in 0..ROUNDS {
         for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-            if let (Ok(run), Some((t, per_round))) = (r.as_mut(), t.as_mut()) {
+            if let (Ok(run), Some((t, per_round, rounds))) = (r.as_mut(), t.as_mut()) {
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
                 }
+                let before = t.samples.len();
                 t.sample(run, out, flops, *per_round);
+                rounds.push(median(&t.samples[before..]));
             }
         }
     }
     timings
-        .iter_mut()
-        .map(|t| t.as_mut().map(|(t, _)| t.median()))
+        .into_iter()
+        .map(|t| {
+            t.map(|(t, _, rounds)| Measured {
+                median: t.median(),
+                rounds,
+            })
+        })
         .collect()
 }
 
@@ -497,7 +541,7 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
         match &cell.gflops {
             Ok(g) => {
                 let mark = if cell.correct { "" } else { "!" };
-                let _ = write!(line, "{:>15}", format!("{g:.1}{mark}"));
+                let _ = write!(line, "{:>15}", format!("{:.1}{mark}", g.median));
             }
             Err(_) => {
                 let _ = write!(line, "{:>15}", "skipped");
@@ -506,18 +550,15 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
     }
     let ours = row.of(Lib::Keepalloc);
     let best = row.best_peer();
-    let best_s = best.map_or("-".into(), |(l, g)| format!("{} {g:.1}", l.name()));
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) => format!("{:.2}x", a / b),
-        _ => "-".into(),
-    };
+    let best_s = best.map_or("-".into(), |(l, g)| format!("{} {:.1}", l.name(), g.median));
+    let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
     let _ = write!(
         line,
         "  {:>24} {:>9} {:>7} {:>8} {:>7}",
         best_s,
-        ratio(ours, best.map(|b| b.1)),
-        ratio(ours, row.of(Lib::Xnnpack)),
-        ratio(ours, row.of(Lib::XnnpackCurrent)),
+        ratio(best.and_then(|(l, _)| row.ratio_to(l))),
+        ratio(row.ratio_to(Lib::Xnnpack)),
+        ratio(row.ratio_to(Lib::XnnpackCurrent)),
         ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak))
     );
     if let Some(bw) = row.bandwidth {
@@ -542,6 +583,13 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
                 .map(|c| (c.lib.name().to_owned(), result_json(&c.gflops, c.correct)))
                 .collect::<serde_json::Map<_, _>>()
                 .into();
+            let best = row.best_peer();
+            o["ratios"] = serde_json::json!({
+                "best_peer": best.map(|(l, _)| l.name()),
+                "vs_best_peer": best.and_then(|(l, _)| row.ratio_to(l)),
+                "vs_XNNPACK": row.ratio_to(Lib::Xnnpack),
+                "vs_XNNPACK-2026": row.ratio_to(Lib::XnnpackCurrent),
+            });
             o
         })
         .collect();
@@ -549,14 +597,24 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
         "fma_peak_gflops": peak,
         "keepalloc_isa": isa,
         "threads": 1,
+        "ratio_method": RATIO_METHOD,
         "shapes": shapes,
     }))
 }
 
-/// One library's cell in the JSON: `{"gflops", "correct"}`, or `{"skipped": why}`.
-pub(crate) fn result_json(gflops: &Result<f64, String>, correct: bool) -> serde_json::Value {
+/// How every `ratios` figure in the JSON is computed.
+pub(crate) const RATIO_METHOD: &str = "keepalloc / peer: median over the rounds of the two \
+    libraries' per-round median GFLOPS ratio (paired by round)";
+
+/// One library's cell in the JSON: `{"gflops", "round_gflops", "correct"}`, or
+/// `{"skipped": why}`.
+pub(crate) fn result_json(gflops: &Result<Measured, String>, correct: bool) -> serde_json::Value {
     match gflops {
-        Ok(g) => serde_json::json!({ "gflops": g, "correct": correct }),
+        Ok(g) => serde_json::json!({
+            "gflops": g.median,
+            "round_gflops": g.rounds,
+            "correct": correct,
+        }),
         Err(why) => serde_json::json!({ "skipped": why }),
     }
 }
@@ -584,7 +642,10 @@ mod tests {
             cells: vec![
                 Cell {
                     lib: Lib::ALL[0],
-                    gflops: Ok(12.5),
+                    gflops: Ok(Measured {
+                        median: 12.5,
+                        rounds: vec![12.0, 12.5, 13.0],
+                    }),
                     correct: true,
                 },
                 Cell {
@@ -605,8 +666,52 @@ mod tests {
         assert_eq!(shape["memory_roof_gflops"], 10.0);
         let results = &shape["results"];
         assert_eq!(results[Lib::ALL[0].name()]["gflops"], 12.5);
+        assert_eq!(
+            results[Lib::ALL[0].name()]["round_gflops"],
+            serde_json::json!([12.0, 12.5, 13.0])
+        );
         assert_eq!(results[Lib::ALL[0].name()]["correct"], true);
         assert_eq!(results[Lib::ALL[1].name()]["skipped"], why);
+    }
+
+    #[test]
+    fn paired_ratio_divides_out_a_slow_phase() {
+        // The machine slows to half speed from round 4 on; keepalloc is 10% ahead in every
+        // round. The medians fall on different sides of the slow phase (10 against 4.5), so
+        // their ratio reads 2.22x; the rounds' own ratios all read 1.11x.
+        let ours = Measured {
+            median: 10.0,
+            rounds: vec![10.0, 10.0, 10.0, 10.0, 5.0, 5.0, 5.0],
+        };
+        let peer = Measured {
+            median: 4.5,
+            rounds: vec![9.0, 9.0, 9.0, 4.5, 4.5, 4.5, 4.5],
+        };
+        let r = paired_ratio(&ours, &peer).unwrap();
+        assert!((r - 10.0 / 9.0).abs() < 1e-12, "{r}");
+        assert!((ours.median / peer.median - 10.0 / 9.0).abs() > 1.0);
+        // Unpaired inputs have no paired ratio.
+        assert_eq!(paired_ratio(&ours, &Measured::default()), None);
+    }
+
+    #[test]
+    fn median_gflops_records_every_round() {
+        let mut runners: Vec<(Lib, Result<peers::Runner<'_>, String>)> = vec![
+            (Lib::ALL[0], Ok(Box::new(|out: &mut [f32]| out[0] += 1.0))),
+            (Lib::ALL[1], Err("not built".into())),
+        ];
+        let mut out = [0.0f32];
+        let m = median_gflops(
+            &mut runners,
+            &mut out,
+            1.0,
+            Duration::from_millis(7),
+            Duration::ZERO,
+        );
+        let first = m[0].as_ref().unwrap();
+        assert_eq!(first.rounds.len(), ROUNDS);
+        assert!(first.rounds.iter().all(|g| g.is_finite() && *g > 0.0));
+        assert!(m[1].is_none());
     }
 
     #[test]

@@ -25,8 +25,8 @@ use std::time::Duration;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
-use crate::check;
 use crate::peers::{Data, Runner};
+use crate::{Measured, check, paired_ratio};
 
 /// A column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -124,15 +124,15 @@ fn runner<'a>(
 /// One shape's results: GFLOPS (or why skipped) and correctness, per peer.
 struct Row {
     shape: (usize, usize, usize),
-    cells: Vec<(Peer, Result<f64, String>, bool)>,
+    cells: Vec<(Peer, Result<Measured, String>, bool)>,
 }
 
 impl Row {
-    fn of(&self, peer: Peer) -> Option<f64> {
+    fn of(&self, peer: Peer) -> Option<&Measured> {
         self.cells
             .iter()
             .find(|c| c.0 == peer)
-            .and_then(|c| c.1.as_ref().ok().copied())
+            .and_then(|c| c.1.as_ref().ok())
     }
 }
 
@@ -256,13 +256,10 @@ pub fn run(
 }
 
 /// The ratios reported per shape: keepalloc (on its pool) over each peer, and over its own
-/// one-thread figure.
+/// one-thread figure, each paired by round ([`paired_ratio`]).
 fn ratios(row: &Row) -> Vec<(&'static str, Option<f64>)> {
     let ours = row.of(Peer::Keepalloc);
-    let r = |p: Peer| match (ours, row.of(p)) {
-        (Some(a), Some(b)) => Some(a / b),
-        _ => None,
-    };
+    let r = |p: Peer| paired_ratio(ours?, row.of(p)?);
     vec![
         ("vs_1t", r(Peer::KeepallocOne)),
         ("vs_XNNPACK", r(Peer::Xnnpack)),
@@ -286,7 +283,7 @@ fn print_table(rows: &[Row], threads: usize) {
         for p in Peer::ALL {
             let c = row.cells.iter().find(|c| c.0 == p).unwrap();
             let s = match &c.1 {
-                Ok(g) => format!("{g:.1}{}", if c.2 { "" } else { "!" }),
+                Ok(g) => format!("{:.1}{}", g.median, if c.2 { "" } else { "!" }),
                 Err(_) => "skipped".into(),
             };
             let _ = write!(line, "{s:>23}");
@@ -297,7 +294,8 @@ fn print_table(rows: &[Row], threads: usize) {
         println!("{line}");
     }
     println!(
-        "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); vs_* = keepalloc / that column)"
+        "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); vs_* = keepalloc / that \
+         column, the median of the rounds' own ratios)"
     );
 }
 
@@ -326,6 +324,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
         "fma_peak_gflops_1t": probe.one,
         "fma_peak_gflops_threads": probe.all,
         "fma_scaling": probe.scaling(),
+        "ratio_method": crate::RATIO_METHOD,
         "shapes": shapes,
     }))
 }
