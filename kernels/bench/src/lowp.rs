@@ -291,7 +291,7 @@ impl Row {
     }
 
     /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
-    fn ratio_to(&self, lib: Lib) -> Option<f64> {
+    fn ratio_to(&self, lib: Lib) -> Option<crate::Paired> {
         paired_ratio(self.of(Lib::Keepalloc)?, self.of(lib)?)
     }
 }
@@ -426,7 +426,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                         Err(_) => "skipped".into(),
                     })
             };
-            let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+            let ratio = |r: Option<crate::Paired>| r.map_or("-".into(), |r| r.show());
             let ours = row.of(Lib::Keepalloc).map(|g| g.median);
             let mut line = format!(
                 "{:<18}{:>12}{:>13}{:>10}{:>9}",
@@ -471,6 +471,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         }
     }
     print!("{tables}");
+    println!("({})", crate::ratio_legend());
     if all_ok {
         println!("all outputs match their f64 references");
     }

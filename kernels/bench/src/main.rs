@@ -89,7 +89,7 @@ impl Row {
     }
 
     /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
-    fn ratio_to(&self, lib: Lib) -> Option<f64> {
+    fn ratio_to(&self, lib: Lib) -> Option<Paired> {
         paired_ratio(self.measured(Lib::Keepalloc)?, self.measured(lib)?)
     }
 }
@@ -185,7 +185,16 @@ impl From<Cli> for Options {
 
 /// Rounds per shape: the libraries take turns (each round times every library), so a
 /// neighbour's load on this shared machine slows all of them alike instead of one.
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 11;
+
+/// A batch of samples is steady when every core's probe, just before and just after it,
+/// read at least this share of the best one-core probe of the run ([`probe::core_speeds`]).
+/// On this VM a core in a slow phase reads 60-100 GFLOPS against 130-155 in a normal one.
+const STEADY: f64 = 0.8;
+
+/// Fewest steady pairs of rounds a ratio is taken over; with fewer, every round is used and
+/// the ratio is marked unsteady.
+const MIN_STEADY: usize = 3;
 
 /// A runner being timed: runs per sample (so each sample lasts at least ~50 µs) and the
 /// GFLOPS of every sample so far.
@@ -250,18 +259,67 @@ pub struct Measured {
     pub median: f64,
     /// Per round, the median of that round's samples.
     pub rounds: Vec<f64>,
+    /// Per round, the slowest core's GFLOPS in the probes just before and after the batch.
+    pub floors: Vec<f64>,
+    /// Per round, whether the batch was steady: its floor at least [`STEADY`] of the best
+    /// one-core probe of the run.
+    pub steady: Vec<bool>,
+}
+
+/// A ratio paired by round, and how many rounds it was taken over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    /// The median of the rounds' own ratios.
+    pub ratio: f64,
+    /// The rounds in which both batches were steady.
+    pub steady_rounds: usize,
+    /// The rounds the ratio was taken over: the steady ones when there are at least
+    /// [`MIN_STEADY`], else all.
+    pub used: usize,
+}
+
+impl Paired {
+    /// Taken over steady rounds only.
+    pub fn steady(&self) -> bool {
+        self.steady_rounds >= MIN_STEADY
+    }
+
+    /// `1.23x`, or `1.23x~` when it is not [`steady`](Self::steady).
+    pub fn show(&self) -> String {
+        format!("{:.2}x{}", self.ratio, if self.steady() { "" } else { "~" })
+    }
 }
 
 /// `a / b` as the median of the rounds' own ratios, `a.rounds[r] / b.rounds[r]`. The runners
 /// of a round run back to back, so a slow phase of this shared machine slows both sides of a
 /// round's ratio and divides out; the ratio of the two overall medians does not pair them (a
 /// slow phase over some rounds can drag one median and not the other).
-pub fn paired_ratio(a: &Measured, b: &Measured) -> Option<f64> {
+///
+/// Only rounds in which both batches were steady count, when there are at least
+/// [`MIN_STEADY`] of them: on this VM one core can run at half speed while the other runs at
+/// full, so a one-thread batch on the slow core against a two-thread batch on both reads
+/// above the machine's own two-core scaling. The probes that decide it are the witness, not
+/// the timings being compared.
+pub fn paired_ratio(a: &Measured, b: &Measured) -> Option<Paired> {
     if a.rounds.is_empty() || a.rounds.len() != b.rounds.len() {
         return None;
     }
-    let ratios: Vec<f64> = a.rounds.iter().zip(&b.rounds).map(|(x, y)| x / y).collect();
-    Some(median(&ratios))
+    let pairs = || a.rounds.iter().zip(&b.rounds).map(|(x, y)| x / y);
+    let steady: Vec<f64> = pairs()
+        .zip(a.steady.iter().zip(&b.steady))
+        .filter(|(_, (sa, sb))| **sa && **sb)
+        .map(|(r, _)| r)
+        .collect();
+    let used: Vec<f64> = if steady.len() >= MIN_STEADY {
+        steady.clone()
+    } else {
+        pairs().collect()
+    };
+    Some(Paired {
+        ratio: median(&used),
+        steady_rounds: steady.len(),
+        used: used.len(),
+    })
 }
 
 /// Times every runner that was built, in [`ROUNDS`] rounds in which each takes its turn
@@ -274,34 +332,43 @@ fn median_gflops<L>(
     budget: Duration,
     pause: Duration,
 ) -> Vec<Option<Measured>> {
-    let mut timings: Vec<Option<(Timing, usize, Vec<f64>)>> = runners
+    let floor = || probe::core_speeds().into_iter().fold(f64::MAX, f64::min);
+    // Each runner's timing, samples per batch, and per round its median and witness floor.
+    type Batches = (Timing, usize, Vec<f64>, Vec<f64>);
+    let mut timings: Vec<Option<Batches>> = runners
         .iter_mut()
         .map(|(_, r)| {
             let run = r.as_mut().ok()?;
             let (t, sample) = Timing::calibrate(run, out);
             let per_round =
                 (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
-            Some((t, per_round, Vec::with_capacity(ROUNDS)))
+            Some((t, per_round, Vec::new(), Vec::new()))
         })
         .collect();
     for _ in 0..ROUNDS {
         for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
-            if let (Ok(run), Some((t, per_round, rounds))) = (r.as_mut(), t.as_mut()) {
+            if let (Ok(run), Some((t, per_round, rounds, floors))) = (r.as_mut(), t.as_mut()) {
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
                 }
-                let before = t.samples.len();
+                // The witness: every core's speed just before and just after the batch.
+                let before = floor();
+                let first = t.samples.len();
                 t.sample(run, out, flops, *per_round);
-                rounds.push(median(&t.samples[before..]));
+                rounds.push(median(&t.samples[first..]));
+                floors.push(before.min(floor()));
             }
         }
     }
+    let best = probe::best_core_speed();
     timings
         .into_iter()
         .map(|t| {
-            t.map(|(t, _, rounds)| Measured {
+            t.map(|(t, _, rounds, floors)| Measured {
                 median: t.median(),
+                steady: floors.iter().map(|&f| f >= STEADY * best).collect(),
                 rounds,
+                floors,
             })
         })
         .collect()
@@ -469,6 +536,7 @@ fn run_f32(o: &Options) -> ExitCode {
     for (i, row) in rows.iter().enumerate() {
         print_row(row, peak, i == 0, &o.libs);
     }
+    println!("({})", ratio_legend());
     for lib in &o.libs {
         if let Some(Cell {
             gflops: Err(why), ..
@@ -551,7 +619,7 @@ fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
     let ours = row.of(Lib::Keepalloc);
     let best = row.best_peer();
     let best_s = best.map_or("-".into(), |(l, g)| format!("{} {:.1}", l.name(), g.median));
-    let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+    let ratio = |r: Option<Paired>| r.map_or("-".into(), |r| r.show());
     let _ = write!(
         line,
         "  {:>24} {:>9} {:>7} {:>8} {:>7}",
@@ -586,9 +654,9 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
             let best = row.best_peer();
             o["ratios"] = serde_json::json!({
                 "best_peer": best.map(|(l, _)| l.name()),
-                "vs_best_peer": best.and_then(|(l, _)| row.ratio_to(l)),
-                "vs_XNNPACK": row.ratio_to(Lib::Xnnpack),
-                "vs_XNNPACK-2026": row.ratio_to(Lib::XnnpackCurrent),
+                "vs_best_peer": paired_json(best.and_then(|(l, _)| row.ratio_to(l))),
+                "vs_XNNPACK": paired_json(row.ratio_to(Lib::Xnnpack)),
+                "vs_XNNPACK-2026": paired_json(row.ratio_to(Lib::XnnpackCurrent)),
             });
             o
         })
@@ -602,9 +670,35 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
     }))
 }
 
+/// What a printed ratio is.
+pub(crate) fn ratio_legend() -> String {
+    format!(
+        "vs * = keepalloc / that library: the median of the rounds' own ratios over the rounds \
+         in which every core's FMA probe read >= {:.0}% of the run's best just before and after \
+         both batches; ~ = fewer than {MIN_STEADY} such rounds, all {ROUNDS} rounds used",
+        100.0 * STEADY
+    )
+}
+
 /// How every `ratios` figure in the JSON is computed.
-pub(crate) const RATIO_METHOD: &str = "keepalloc / peer: median over the rounds of the two \
-    libraries' per-round median GFLOPS ratio (paired by round)";
+pub(crate) const RATIO_METHOD: &str = "keepalloc / peer: the median over rounds of the two \
+    libraries' per-round median GFLOPS ratio (paired by round), over the steady rounds (both \
+    batches with every core's FMA probe, just before and after the batch, at >= 80% of the \
+    run's best one-core probe) when there are at least 3, else over all rounds \
+    (steady: false)";
+
+/// A paired ratio in the JSON: `{"ratio", "steady", "steady_rounds", "rounds_used"}`, or
+/// null.
+pub(crate) fn paired_json(p: Option<Paired>) -> serde_json::Value {
+    p.map_or(serde_json::Value::Null, |p| {
+        serde_json::json!({
+            "ratio": p.ratio,
+            "steady": p.steady(),
+            "steady_rounds": p.steady_rounds,
+            "rounds_used": p.used,
+        })
+    })
+}
 
 /// One library's cell in the JSON: `{"gflops", "round_gflops", "correct"}`, or
 /// `{"skipped": why}`.
@@ -613,6 +707,8 @@ pub(crate) fn result_json(gflops: &Result<Measured, String>, correct: bool) -> s
         Ok(g) => serde_json::json!({
             "gflops": g.median,
             "round_gflops": g.rounds,
+            "round_floor_gflops": g.floors,
+            "round_steady": g.steady,
             "correct": correct,
         }),
         Err(why) => serde_json::json!({ "skipped": why }),
@@ -642,10 +738,7 @@ mod tests {
             cells: vec![
                 Cell {
                     lib: Lib::ALL[0],
-                    gflops: Ok(Measured {
-                        median: 12.5,
-                        rounds: vec![12.0, 12.5, 13.0],
-                    }),
+                    gflops: Ok(measured(&[12.0, 12.5, 13.0], &[true, false, true])),
                     correct: true,
                 },
                 Cell {
@@ -670,28 +763,72 @@ mod tests {
             results[Lib::ALL[0].name()]["round_gflops"],
             serde_json::json!([12.0, 12.5, 13.0])
         );
+        assert_eq!(
+            results[Lib::ALL[0].name()]["round_steady"],
+            serde_json::json!([true, false, true])
+        );
         assert_eq!(results[Lib::ALL[0].name()]["correct"], true);
         assert_eq!(results[Lib::ALL[1].name()]["skipped"], why);
     }
 
     #[test]
     fn paired_ratio_divides_out_a_slow_phase() {
-        // The machine slows to half speed from round 4 on; keepalloc is 10% ahead in every
+        // The machine slows to half speed from round 4 on, both cores alike (every batch
+        // still steady by the rule: no witness flagged it); keepalloc is 10% ahead in every
         // round. The medians fall on different sides of the slow phase (10 against 4.5), so
         // their ratio reads 2.22x; the rounds' own ratios all read 1.11x.
-        let ours = Measured {
-            median: 10.0,
-            rounds: vec![10.0, 10.0, 10.0, 10.0, 5.0, 5.0, 5.0],
-        };
-        let peer = Measured {
-            median: 4.5,
-            rounds: vec![9.0, 9.0, 9.0, 4.5, 4.5, 4.5, 4.5],
-        };
+        let ours = measured(&[10.0, 10.0, 10.0, 10.0, 5.0, 5.0, 5.0], &[true; 7]);
+        let peer = measured(&[9.0, 9.0, 9.0, 4.5, 4.5, 4.5, 4.5], &[true; 7]);
         let r = paired_ratio(&ours, &peer).unwrap();
-        assert!((r - 10.0 / 9.0).abs() < 1e-12, "{r}");
+        assert!((r.ratio - 10.0 / 9.0).abs() < 1e-12, "{r:?}");
         assert!((ours.median / peer.median - 10.0 / 9.0).abs() > 1.0);
+        assert_eq!((r.steady_rounds, r.used, r.steady()), (7, 7, true));
         // Unpaired inputs have no paired ratio.
         assert_eq!(paired_ratio(&ours, &Measured::default()), None);
+    }
+
+    /// Rounds with GFLOPS `rounds`, each batch steady or not as `steady` says.
+    fn measured(rounds: &[f64], steady: &[bool]) -> Measured {
+        Measured {
+            median: median(rounds),
+            rounds: rounds.to_vec(),
+            floors: steady
+                .iter()
+                .map(|&s| if s { 150.0 } else { 70.0 })
+                .collect(),
+            steady: steady.to_vec(),
+        }
+    }
+
+    #[test]
+    fn paired_ratio_leaves_out_rounds_a_slow_core_spoiled() {
+        // Two threads against one: 2.0x while both cores run at full speed. In four of the
+        // seven rounds the one-thread batch ran on a core at half speed (its witness says
+        // so) and read 4.0x, so the median of all seven rounds would be 4.0x. Only the
+        // steady rounds count.
+        let two = measured(&[200.0; 7], &[true; 7]);
+        let one = measured(
+            &[100.0, 50.0, 100.0, 50.0, 50.0, 100.0, 50.0],
+            &[true, false, true, false, false, true, false],
+        );
+        let r = paired_ratio(&two, &one).unwrap();
+        assert_eq!(
+            (r.ratio, r.steady_rounds, r.used, r.steady()),
+            (2.0, 3, 3, true)
+        );
+        // All seven rounds would read 4.0x.
+        assert_eq!(median(&[2.0, 4.0, 2.0, 4.0, 4.0, 2.0, 4.0]), 4.0);
+        // Fewer than MIN_STEADY steady rounds: every round is used, and the ratio says so.
+        let one = measured(
+            &[100.0, 50.0, 100.0, 50.0, 50.0, 50.0, 50.0],
+            &[true, false, true, false, false, false, false],
+        );
+        let r = paired_ratio(&two, &one).unwrap();
+        assert_eq!(
+            (r.ratio, r.steady_rounds, r.used, r.steady()),
+            (4.0, 2, 7, false)
+        );
+        assert_eq!(r.show(), "4.00x~");
     }
 
     #[test]
@@ -711,6 +848,11 @@ mod tests {
         let first = m[0].as_ref().unwrap();
         assert_eq!(first.rounds.len(), ROUNDS);
         assert!(first.rounds.iter().all(|g| g.is_finite() && *g > 0.0));
+        // The witness probed around every batch.
+        assert_eq!(first.floors.len(), ROUNDS);
+        assert_eq!(first.steady.len(), ROUNDS);
+        assert!(first.floors.iter().all(|f| f.is_finite() && *f > 0.0));
+        assert!(probe::best_core_speed() >= first.floors.iter().copied().fold(0.0, f64::max));
         assert!(m[1].is_none());
     }
 

@@ -3,6 +3,7 @@
 //! of the weights.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Single-core f32 FMA peak in GFLOPS: a tight loop of independent FMA chains (enough of
@@ -46,6 +47,83 @@ fn fma_once_threads(threads: usize) -> f64 {
 }
 
 const ITERS: u64 = 10_000_000;
+
+/// Steps of the short probe [`core_speeds`]: about 0.3 ms on one core of this machine at
+/// full speed (77 MFLOP at ~150 GFLOPS).
+const SHORT_ITERS: u64 = 200_000;
+
+/// The best one-core figure any [`core_speeds`] probe has read in this run (f64 bits).
+static BEST_CORE: AtomicU64 = AtomicU64::new(0);
+
+/// A short FMA probe on every core this process may run on, one thread pinned to each,
+/// released together by a barrier: each core's own GFLOPS, measured by its thread. On this
+/// VM each core's speed changes on its own, between about 60 and 155 GFLOPS within a second,
+/// as the host schedules other work beside it; the bench takes this probe before and after
+/// every batch of samples, as a witness of the machine's state that is independent of the
+/// code being timed (see `median_gflops`). A thread still spinning on a core (a pool's
+/// worker) shares it with the probe and reads as a slow core, which it is for the batch.
+/// Pinned, because two unpinned threads started together can land on one core for longer
+/// than the probe lasts.
+pub fn core_speeds() -> Vec<f64> {
+    let cpus = allowed_cpus();
+    let barrier = std::sync::Barrier::new(cpus.len());
+    let speeds: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    pin_to(cpu);
+                    barrier.wait();
+                    let start = Instant::now();
+                    let flops = fma_flops(SHORT_ITERS);
+                    flops / start.elapsed().as_secs_f64() / 1e9
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("probe thread"))
+            .collect()
+    });
+    let top = speeds.iter().copied().fold(0.0, f64::max);
+    BEST_CORE.fetch_max(top.to_bits(), Relaxed);
+    speeds
+}
+
+/// The CPUs this process may run on (its affinity mask).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // `size_of::<cpu_set_t>()` bytes into it.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        if libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        set
+    };
+    // SAFETY: `set` is an initialised cpu_set_t; CPU_ISSET reads bit `i` of it.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu` (best effort: unpinned if the kernel refuses).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET sets one bit below
+    // CPU_SETSIZE (`cpu` came from `allowed_cpus`); sched_setaffinity reads the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The best one-core figure of every [`core_speeds`] probe so far (0 before the first).
+/// Positive f64s order as their bits do, so the maximum is kept with `fetch_max`.
+pub fn best_core_speed() -> f64 {
+    f64::from_bits(BEST_CORE.load(Relaxed))
+}
 
 fn fma_once() -> f64 {
     let start = Instant::now();

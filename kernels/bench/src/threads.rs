@@ -26,7 +26,7 @@ use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
 use crate::peers::{Data, Runner};
-use crate::{Measured, check, paired_ratio};
+use crate::{Measured, Paired, check, paired_ratio};
 
 /// A column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -257,7 +257,7 @@ pub fn run(
 
 /// The ratios reported per shape: keepalloc (on its pool) over each peer, and over its own
 /// one-thread figure, each paired by round ([`paired_ratio`]).
-fn ratios(row: &Row) -> Vec<(&'static str, Option<f64>)> {
+fn ratios(row: &Row) -> Vec<(&'static str, Option<Paired>)> {
     let ours = row.of(Peer::Keepalloc);
     let r = |p: Peer| paired_ratio(ours?, row.of(p)?);
     vec![
@@ -289,13 +289,13 @@ fn print_table(rows: &[Row], threads: usize) {
             let _ = write!(line, "{s:>23}");
         }
         for (_, r) in ratios(row) {
-            let _ = write!(line, "{:>17}", r.map_or("-".into(), |r| format!("{r:.2}x")));
+            let _ = write!(line, "{:>17}", r.map_or("-".into(), |r| r.show()));
         }
         println!("{line}");
     }
     println!(
-        "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); vs_* = keepalloc / that \
-         column, the median of the rounds' own ratios)"
+        "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
+        crate::ratio_legend()
     );
 }
 
@@ -312,7 +312,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
                 .collect();
             let ratios: serde_json::Map<_, _> = ratios(row)
                 .into_iter()
-                .map(|(name, r)| (name.to_owned(), r.into()))
+                .map(|(name, r)| (name.to_owned(), crate::paired_json(r)))
                 .collect();
             serde_json::json!({ "m": m, "k": k, "n": n, "results": results, "ratios": ratios })
         })
