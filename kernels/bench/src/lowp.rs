@@ -340,8 +340,14 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 .iter()
                 .map(|&lib| (lib, runner(kind, lib, &d, xnn)))
                 .collect();
-            let medians =
-                crate::median_gflops(&mut runners, &mut out, flops, budget, Duration::ZERO);
+            let medians = crate::median_gflops(
+                &mut runners,
+                &mut out,
+                flops,
+                budget,
+                Duration::ZERO,
+                |_| None,
+            );
             let reference = d.reference(kind);
             let mut cells = Vec::new();
             for ((lib, r), median) in runners.iter_mut().zip(medians) {

@@ -331,6 +331,7 @@ fn median_gflops<L>(
     flops: f64,
     budget: Duration,
     pause: Duration,
+    pin: impl Fn(&L) -> Option<usize>,
 ) -> Vec<Option<Measured>> {
     let floor = || probe::core_speeds().into_iter().fold(f64::MAX, f64::min);
     // Each runner's timing, samples per batch, and per round its median and witness floor.
@@ -346,8 +347,12 @@ fn median_gflops<L>(
         })
         .collect();
     for _ in 0..ROUNDS {
-        for ((_, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+        for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
             if let (Ok(run), Some((t, per_round, rounds, floors))) = (r.as_mut(), t.as_mut()) {
+                let pinned = pin(lib);
+                if let Some(cpu) = pinned {
+                    probe::pin_to(cpu);
+                }
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
                 }
@@ -357,6 +362,9 @@ fn median_gflops<L>(
                 t.sample(run, out, flops, *per_round);
                 rounds.push(median(&t.samples[first..]));
                 floors.push(before.min(floor()));
+                if pinned.is_some() {
+                    probe::unpin();
+                }
             }
         }
     }
@@ -424,6 +432,8 @@ fn fix_openblas_env(threads: bool) {
 fn main() -> ExitCode {
     // A bad option prints the usage and exits with 2, as before.
     let cli = Cli::parse();
+    // The process's CPUs, read before anything pins a thread (see `probe::allowed_cpus`).
+    probe::allowed_cpus();
     fix_openblas_env(cli.threads.is_some());
     println!(
         "OpenBLAS kernels: {}{}",
@@ -494,7 +504,14 @@ fn run_f32(o: &Options) -> ExitCode {
             .iter()
             .map(|&lib| (lib, peers::runner(lib, &d)))
             .collect();
-        let medians = median_gflops(&mut runners, &mut out, flops, o.budget, Duration::ZERO);
+        let medians = median_gflops(
+            &mut runners,
+            &mut out,
+            flops,
+            o.budget,
+            Duration::ZERO,
+            |_| None,
+        );
         let mut cells = Vec::new();
         for ((lib, r), median) in runners.iter_mut().zip(medians) {
             let lib = *lib;
@@ -844,6 +861,7 @@ mod tests {
             1.0,
             Duration::from_millis(7),
             Duration::ZERO,
+            |_| None,
         );
         let first = m[0].as_ref().unwrap();
         assert_eq!(first.rounds.len(), ROUNDS);

@@ -3,6 +3,7 @@
 //! of the weights.
 
 use std::hint::black_box;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -91,8 +92,37 @@ pub fn core_speeds() -> Vec<f64> {
     speeds
 }
 
-/// The CPUs this process may run on (its affinity mask).
-fn allowed_cpus() -> Vec<usize> {
+/// The CPUs this process may run on: its affinity mask as it was at the first call (before
+/// any pinning), kept for the process.
+pub fn allowed_cpus() -> Vec<usize> {
+    static ALLOWED: OnceLock<Vec<usize>> = OnceLock::new();
+    ALLOWED.get_or_init(affinity_now).clone()
+}
+
+/// Restores the calling thread's affinity to every CPU of [`allowed_cpus`].
+pub fn unpin() {
+    set_affinity(&allowed_cpus());
+}
+
+/// Pins the calling thread to `cpu` (best effort: left as it was if the kernel refuses).
+pub fn pin_to(cpu: usize) {
+    set_affinity(&[cpu]);
+}
+
+fn set_affinity(cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET sets bits below CPU_SETSIZE
+    // (the CPUs came from the kernel's own mask); sched_setaffinity reads the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The calling thread's affinity mask now.
+fn affinity_now() -> Vec<usize> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
     // `size_of::<cpu_set_t>()` bytes into it.
     let set = unsafe {
@@ -106,17 +136,6 @@ fn allowed_cpus() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
-}
-
-/// Pins the calling thread to `cpu` (best effort: unpinned if the kernel refuses).
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET sets one bit below
-    // CPU_SETSIZE (`cpu` came from `allowed_cpus`); sched_setaffinity reads the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = core::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// The best one-core figure of every [`core_speeds`] probe so far (0 before the first).

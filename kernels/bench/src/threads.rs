@@ -31,7 +31,8 @@ use crate::{Measured, Paired, check, paired_ratio};
 /// A column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Peer {
-    KeepallocOne,
+    /// The operator on the calling thread only, pinned to this CPU for its batches.
+    KeepallocOne(usize),
     Keepalloc,
     KeepallocPthreadpool,
     Xnnpack,
@@ -40,23 +41,37 @@ pub enum Peer {
 }
 
 impl Peer {
-    pub const ALL: [Peer; 6] = [
-        Peer::KeepallocOne,
-        Peer::Keepalloc,
-        Peer::KeepallocPthreadpool,
-        Peer::Xnnpack,
-        Peer::XnnpackCurrent,
-        Peer::OpenBlas,
-    ];
+    /// The columns: the one-thread operator pinned to each of `cpus` in turn, then the
+    /// T-thread runs.
+    pub fn all(cpus: &[usize]) -> Vec<Peer> {
+        cpus.iter()
+            .map(|&c| Peer::KeepallocOne(c))
+            .chain([
+                Peer::Keepalloc,
+                Peer::KeepallocPthreadpool,
+                Peer::Xnnpack,
+                Peer::XnnpackCurrent,
+                Peer::OpenBlas,
+            ])
+            .collect()
+    }
 
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            Peer::KeepallocOne => "keepalloc-1t",
-            Peer::Keepalloc => "keepalloc",
-            Peer::KeepallocPthreadpool => "keepalloc@pthreadpool",
-            Peer::Xnnpack => "XNNPACK",
-            Peer::XnnpackCurrent => "XNNPACK-2026",
-            Peer::OpenBlas => "OpenBLAS",
+            Peer::KeepallocOne(cpu) => format!("keepalloc-1t@cpu{cpu}"),
+            Peer::Keepalloc => "keepalloc".into(),
+            Peer::KeepallocPthreadpool => "keepalloc@pthreadpool".into(),
+            Peer::Xnnpack => "XNNPACK".into(),
+            Peer::XnnpackCurrent => "XNNPACK-2026".into(),
+            Peer::OpenBlas => "OpenBLAS".into(),
+        }
+    }
+
+    /// The CPU a one-thread column's batches are pinned to.
+    fn pin(self) -> Option<usize> {
+        match self {
+            Peer::KeepallocOne(cpu) => Some(cpu),
+            _ => None,
         }
     }
 
@@ -87,7 +102,7 @@ fn runner<'a>(
             .map_err(|e| e.to_string())
     };
     match peer {
-        Peer::KeepallocOne => {
+        Peer::KeepallocOne(_) => {
             let op = op()?;
             Ok(Box::new(move |out| {
                 op.run(d.m, &d.x, out).expect("keepalloc run")
@@ -125,6 +140,30 @@ fn runner<'a>(
 struct Row {
     shape: (usize, usize, usize),
     cells: Vec<(Peer, Result<Measured, String>, bool)>,
+    /// The one-thread figure: per round, the mean of the pinned one-thread columns.
+    one: Option<Measured>,
+}
+
+/// The mean core: per round the mean of `ones`' figures, the lowest of their witness floors,
+/// steady when all of theirs were; `None` without a column to average.
+fn mean_of_cores(ones: &[&Measured]) -> Option<Measured> {
+    let first = ones.first()?;
+    let n = ones.len() as f64;
+    let rounds = (0..first.rounds.len())
+        .map(|r| ones.iter().map(|m| m.rounds[r]).sum::<f64>() / n)
+        .collect();
+    let floors = (0..first.rounds.len())
+        .map(|r| ones.iter().map(|m| m.floors[r]).fold(f64::MAX, f64::min))
+        .collect();
+    let steady = (0..first.rounds.len())
+        .map(|r| ones.iter().all(|m| m.steady[r]))
+        .collect();
+    Some(Measured {
+        median: ones.iter().map(|m| m.median).sum::<f64>() / n,
+        rounds,
+        floors,
+        steady,
+    })
 }
 
 impl Row {
@@ -167,7 +206,19 @@ pub fn run(
     println!(
         "keepalloc-kernels bench: {threads} threads, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
     );
+    // The one-thread figure is taken on each core the T threads can use, in turn: on this VM
+    // each core's speed changes on its own, and one thread left where the scheduler put it
+    // measures whichever core that was, against T threads that run on all of them.
+    let cpus: Vec<usize> = crate::probe::allowed_cpus()
+        .into_iter()
+        .take(threads)
+        .collect();
+    let peers = Peer::all(&cpus);
     let probe = Probe::take(threads);
+    println!(
+        "keepalloc-1t runs pinned to CPU {cpus:?} in turn; vs_1t divides by the mean of those \
+         columns, round by round"
+    );
     println!(
         "FMA peak (probe, before the shapes): {:.1} GFLOPS on one core, {:.1} on {threads} at once \
          ({:.2}x)",
@@ -182,7 +233,7 @@ pub fn run(
         let reference = d.reference();
         let flops = 2.0 * (m * k * n) as f64;
         let mut out = vec![f32::NAN; m * n];
-        let mut runners: Vec<(Peer, Result<Runner<'_>, String>)> = Peer::ALL
+        let mut runners: Vec<(Peer, Result<Runner<'_>, String>)> = peers
             .iter()
             .map(|&p| (p, runner(p, &d, &pools, threads)))
             .collect();
@@ -190,7 +241,8 @@ pub fn run(
         // workers go to sleep (a worker still spinning takes the second core from the
         // library timed next): keepalloc's spin 1 ms, pthreadpool's a few, OpenBLAS's about
         // 0.1 ms here (`OPENBLAS_THREAD_TIMEOUT`, set by `main`).
-        let medians = crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE);
+        let medians =
+            crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE, |p| p.pin());
         let mut cells = Vec::new();
         for ((peer, r), median) in runners.iter_mut().zip(medians) {
             let cell = match (r, median) {
@@ -210,13 +262,20 @@ pub fn run(
         }
         drop(runners);
         eprintln!("measured {m}x{k}x{n}");
+        let ones: Vec<&Measured> = cells
+            .iter()
+            .filter(|c| c.0.pin().is_some())
+            .filter_map(|c| c.1.as_ref().ok())
+            .collect();
+        let one = mean_of_cores(&ones);
         rows.push(Row {
             shape: (m, k, n),
             cells,
+            one,
         });
     }
     let probe = probe.best(Probe::take(threads));
-    print_table(&rows, threads);
+    print_table(&rows, threads, &peers);
     println!(
         "FMA peak (probe, best of the run): {:.1} GFLOPS on one core, {:.1} on {threads} at once: \
          the machine's own {threads}-thread scaling is {:.2}x, the ceiling for vs_1t on \
@@ -225,7 +284,7 @@ pub fn run(
         probe.all,
         probe.scaling()
     );
-    for peer in Peer::ALL {
+    for &peer in &peers {
         if let Some((_, Err(why), _)) = rows
             .first()
             .and_then(|r| r.cells.iter().find(|c| c.0 == peer))
@@ -240,7 +299,7 @@ pub fn run(
         if let Some(dir) = Path::new(path).parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa, &probe)) {
+        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa, &probe, &cpus)) {
             eprintln!("could not write {path}: {e}");
             return ExitCode::FAILURE;
         }
@@ -261,16 +320,20 @@ fn ratios(row: &Row) -> Vec<(&'static str, Option<Paired>)> {
     let ours = row.of(Peer::Keepalloc);
     let r = |p: Peer| paired_ratio(ours?, row.of(p)?);
     vec![
-        ("vs_1t", r(Peer::KeepallocOne)),
+        (
+            "vs_1t",
+            ours.zip(row.one.as_ref())
+                .and_then(|(a, b)| paired_ratio(a, b)),
+        ),
         ("vs_XNNPACK", r(Peer::Xnnpack)),
         ("vs_XNNPACK-2026", r(Peer::XnnpackCurrent)),
         ("vs_OpenBLAS", r(Peer::OpenBlas)),
     ]
 }
 
-fn print_table(rows: &[Row], threads: usize) {
+fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
     let mut h = format!("{:<16}", "shape (MxKxN)");
-    for p in Peer::ALL {
+    for p in peers {
         let _ = write!(h, "{:>23}", p.name());
     }
     for (name, _) in ratios(&rows[0]) {
@@ -280,7 +343,7 @@ fn print_table(rows: &[Row], threads: usize) {
     for row in rows {
         let (m, k, n) = row.shape;
         let mut line = format!("{:<16}", format!("{m}x{k}x{n}"));
-        for p in Peer::ALL {
+        for &p in peers {
             let c = row.cells.iter().find(|c| c.0 == p).unwrap();
             let s = match &c.1 {
                 Ok(g) => format!("{:.1}{}", g.median, if c.2 { "" } else { "!" }),
@@ -299,7 +362,7 @@ fn print_table(rows: &[Row], threads: usize) {
     );
 }
 
-fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
+fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize]) -> String {
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let shapes: Vec<serde_json::Value> = rows
         .iter()
@@ -308,13 +371,25 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
             let results: serde_json::Map<_, _> = row
                 .cells
                 .iter()
-                .map(|(p, g, ok)| (p.name().to_owned(), crate::result_json(g, *ok)))
+                .map(|(p, g, ok)| (p.name(), crate::result_json(g, *ok)))
                 .collect();
+            let one = row.one.as_ref().map(|one| {
+                serde_json::json!({
+                    "gflops": one.median,
+                    "round_gflops": one.rounds,
+                    "round_steady": one.steady,
+                })
+            });
             let ratios: serde_json::Map<_, _> = ratios(row)
                 .into_iter()
                 .map(|(name, r)| (name.to_owned(), crate::paired_json(r)))
                 .collect();
-            serde_json::json!({ "m": m, "k": k, "n": n, "results": results, "ratios": ratios })
+            serde_json::json!({
+                "m": m, "k": k, "n": n,
+                "results": results,
+                "keepalloc-1t (mean of the pinned columns)": one,
+                "ratios": ratios,
+            })
         })
         .collect();
     crate::to_pretty(&serde_json::json!({
@@ -324,6 +399,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe) -> String {
         "fma_peak_gflops_1t": probe.one,
         "fma_peak_gflops_threads": probe.all,
         "fma_scaling": probe.scaling(),
+        "one_thread_cpus": cpus,
         "ratio_method": crate::RATIO_METHOD,
         "shapes": shapes,
     }))
@@ -488,4 +564,59 @@ impl Current {
 
 fn openblas_runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
     crate::peers::openblas::runner(d, threads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(rounds: &[f64], steady: &[bool]) -> Measured {
+        Measured {
+            median: crate::median(rounds),
+            rounds: rounds.to_vec(),
+            floors: steady
+                .iter()
+                .map(|&s| if s { 150.0 } else { 70.0 })
+                .collect(),
+            steady: steady.to_vec(),
+        }
+    }
+
+    #[test]
+    fn vs_1t_divides_by_the_mean_core() {
+        // CPU 0 runs at a third of CPU 1's speed all through; two threads use both. A single
+        // thread left on CPU 0 would read 200 / 50 = 4.0x, on CPU 1 1.33x; the mean core
+        // (100) gives 2.0x, the speed-up over what one thread gets from this machine.
+        let slow = measured(&[50.0; 5], &[true; 5]);
+        let fast = measured(&[150.0; 5], &[true; 5]);
+        let two = measured(&[200.0; 5], &[true; 5]);
+        let row = Row {
+            shape: (16, 16, 16),
+            cells: vec![
+                (Peer::KeepallocOne(0), Ok(slow.clone()), true),
+                (Peer::KeepallocOne(1), Ok(fast.clone()), true),
+                (Peer::Keepalloc, Ok(two), true),
+            ],
+            one: mean_of_cores(&[&slow, &fast]),
+        };
+        let vs_1t = ratios(&row)[0];
+        assert_eq!(vs_1t.0, "vs_1t");
+        assert_eq!(vs_1t.1.unwrap().ratio, 2.0);
+        // A round is steady only when both pinned batches were; the floor is the lower one.
+        let flaky = measured(&[150.0; 5], &[true, false, true, true, true]);
+        let one = mean_of_cores(&[&slow, &flaky]).unwrap();
+        assert_eq!(one.steady, [true, false, true, true, true]);
+        assert_eq!(one.floors[1], 70.0);
+        assert!(mean_of_cores(&[]).is_none());
+    }
+
+    #[test]
+    fn one_thread_columns_come_first_and_are_pinned() {
+        let peers = Peer::all(&[0, 3]);
+        assert_eq!(peers[..2], [Peer::KeepallocOne(0), Peer::KeepallocOne(3)]);
+        assert_eq!(peers[1].name(), "keepalloc-1t@cpu3");
+        assert_eq!(peers[1].pin(), Some(3));
+        assert!(peers[2..].iter().all(|p| p.pin().is_none()));
+        assert_eq!(peers.len(), 7);
+    }
 }
