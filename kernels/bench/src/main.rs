@@ -804,8 +804,9 @@ mod tests {
         assert_eq!(paired_ratio(&ours, &Measured::default()), None);
     }
 
-    /// Rounds with GFLOPS `rounds`, each batch steady or not as `steady` says.
-    fn measured(rounds: &[f64], steady: &[bool]) -> Measured {
+    /// Rounds with GFLOPS `rounds`, each batch steady or not as `steady` says (also used by
+    /// the `--threads` tests).
+    pub(crate) fn measured(rounds: &[f64], steady: &[bool]) -> Measured {
         Measured {
             median: median(rounds),
             rounds: rounds.to_vec(),

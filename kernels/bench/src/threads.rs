@@ -569,18 +569,7 @@ fn openblas_runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn measured(rounds: &[f64], steady: &[bool]) -> Measured {
-        Measured {
-            median: crate::median(rounds),
-            rounds: rounds.to_vec(),
-            floors: steady
-                .iter()
-                .map(|&s| if s { 150.0 } else { 70.0 })
-                .collect(),
-            steady: steady.to_vec(),
-        }
-    }
+    use crate::tests::measured;
 
     #[test]
     fn vs_1t_divides_by_the_mean_core() {
