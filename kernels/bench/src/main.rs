@@ -351,7 +351,9 @@ fn median_gflops<L>(
             if let (Ok(run), Some((t, per_round, rounds, floors))) = (r.as_mut(), t.as_mut()) {
                 let pinned = pin(lib);
                 if let Some(cpu) = pinned {
-                    probe::pin_to(cpu);
+                    // A column labelled with its CPU must run there: no silent fallback.
+                    probe::pin_to(cpu)
+                        .unwrap_or_else(|e| panic!("pinning the bench to CPU {cpu}: {e}"));
                 }
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
@@ -363,7 +365,7 @@ fn median_gflops<L>(
                 rounds.push(median(&t.samples[first..]));
                 floors.push(before.min(floor()));
                 if pinned.is_some() {
-                    probe::unpin();
+                    probe::unpin().unwrap_or_else(|e| panic!("unpinning the bench: {e}"));
                 }
             }
         }
@@ -873,6 +875,43 @@ mod tests {
         assert!(first.floors.iter().all(|f| f.is_finite() && *f > 0.0));
         assert!(probe::best_core_speed() >= first.floors.iter().copied().fold(0.0, f64::max));
         assert!(m[1].is_none());
+    }
+
+    #[test]
+    fn median_gflops_runs_a_pinned_runner_on_its_cpu_only() {
+        let allowed = probe::allowed_cpus();
+        let cpu = *allowed.last().unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let mut runners: Vec<(Lib, Result<peers::Runner<'_>, String>)> = vec![
+            (
+                Lib::ALL[0],
+                Ok(Box::new(|out: &mut [f32]| {
+                    // SAFETY: sched_getcpu takes no arguments and only reads.
+                    seen.borrow_mut()
+                        .push(unsafe { libc::sched_getcpu() } as usize);
+                    out[0] += 1.0;
+                })),
+            ),
+            (Lib::ALL[1], Ok(Box::new(|out: &mut [f32]| out[0] += 1.0))),
+        ];
+        let mut out = [0.0f32];
+        // Start on another CPU, so that a runner left unpinned would be seen there.
+        probe::pin_to(allowed[0]).unwrap();
+        median_gflops(
+            &mut runners,
+            &mut out,
+            1.0,
+            Duration::from_millis(7),
+            Duration::ZERO,
+            |&lib| (lib == Lib::ALL[0]).then_some(cpu),
+        );
+        drop(runners);
+        // The first four calls are the unpinned calibration; every timed one ran on `cpu`.
+        let seen = seen.into_inner();
+        assert!(seen.len() > 4 + ROUNDS);
+        assert!(seen[4..].iter().all(|&c| c == cpu), "{seen:?}");
+        // The thread may run anywhere again afterwards.
+        assert_eq!(probe::affinity_now(), allowed);
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn core_speeds() -> Vec<f64> {
             .map(|&cpu| {
                 let barrier = &barrier;
                 s.spawn(move || {
-                    pin_to(cpu);
+                    pin_to(cpu).unwrap_or_else(|e| panic!("pinning a probe to CPU {cpu}: {e}"));
                     barrier.wait();
                     let start = Instant::now();
                     let flops = fma_flops(SHORT_ITERS);
@@ -100,29 +100,35 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Restores the calling thread's affinity to every CPU of [`allowed_cpus`].
-pub fn unpin() {
-    set_affinity(&allowed_cpus());
+pub fn unpin() -> std::io::Result<()> {
+    set_affinity(&allowed_cpus())
 }
 
-/// Pins the calling thread to `cpu` (best effort: left as it was if the kernel refuses).
-pub fn pin_to(cpu: usize) {
-    set_affinity(&[cpu]);
+/// Pins the calling thread to `cpu`. An error (the kernel refused) leaves it as it was.
+pub fn pin_to(cpu: usize) -> std::io::Result<()> {
+    set_affinity(&[cpu])
 }
 
-fn set_affinity(cpus: &[usize]) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET sets bits below CPU_SETSIZE
-    // (the CPUs came from the kernel's own mask); sched_setaffinity reads the set.
-    unsafe {
+fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
+    // A zeroed cpu_set_t is a valid empty set; CPU_SET sets bits below CPU_SETSIZE (the CPUs
+    // came from the kernel's own mask, and the libc crate checks the index).
+    // SAFETY: the set is a valid cpu_set_t, and sched_setaffinity only reads it.
+    let r = unsafe {
         let mut set: libc::cpu_set_t = core::mem::zeroed();
         for &cpu in cpus {
             libc::CPU_SET(cpu, &mut set);
         }
-        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
-/// The calling thread's affinity mask now.
-fn affinity_now() -> Vec<usize> {
+/// The calling thread's affinity mask now (CPU 0 alone if the kernel will not say).
+pub(crate) fn affinity_now() -> Vec<usize> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
     // `size_of::<cpu_set_t>()` bytes into it.
     let set = unsafe {
@@ -132,8 +138,8 @@ fn affinity_now() -> Vec<usize> {
         }
         set
     };
-    // SAFETY: `set` is an initialised cpu_set_t; CPU_ISSET reads bit `i` of it.
     (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `set` is an initialised cpu_set_t; CPU_ISSET reads bit `i` of it.
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
 }
