@@ -477,7 +477,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         }
     }
     print!("{tables}");
-    println!("({})", crate::ratio_legend());
+    println!("({})", crate::ratio_method());
     if all_ok {
         println!("all outputs match their f64 references");
     }

@@ -555,7 +555,7 @@ fn run_f32(o: &Options) -> ExitCode {
     for (i, row) in rows.iter().enumerate() {
         print_row(row, peak, i == 0, &o.libs);
     }
-    println!("({})", ratio_legend());
+    println!("({})", ratio_method());
     for lib in &o.libs {
         if let Some(Cell {
             gflops: Err(why), ..
@@ -684,13 +684,14 @@ fn json(rows: &[Row], peak: f64, isa: &str) -> String {
         "fma_peak_gflops": peak,
         "keepalloc_isa": isa,
         "threads": 1,
-        "ratio_method": RATIO_METHOD,
+        "ratio_method": ratio_method(),
         "shapes": shapes,
     }))
 }
 
-/// What a printed ratio is.
-pub(crate) fn ratio_legend() -> String {
+/// How every ratio, printed or in the JSON (`ratio_method`), is computed; `~` in print is
+/// `"steady": false` in the JSON.
+pub(crate) fn ratio_method() -> String {
     format!(
         "vs * = keepalloc / that library: the median of the rounds' own ratios over the rounds \
          in which every core's FMA probe read >= {:.0}% of the run's best just before and after \
@@ -698,13 +699,6 @@ pub(crate) fn ratio_legend() -> String {
         100.0 * STEADY
     )
 }
-
-/// How every `ratios` figure in the JSON is computed.
-pub(crate) const RATIO_METHOD: &str = "keepalloc / peer: the median over rounds of the two \
-    libraries' per-round median GFLOPS ratio (paired by round), over the steady rounds (both \
-    batches with every core's FMA probe, just before and after the batch, at >= 80% of the \
-    run's best one-core probe) when there are at least 3, else over all rounds \
-    (steady: false)";
 
 /// A paired ratio in the JSON: `{"ratio", "steady", "steady_rounds", "rounds_used"}`, or
 /// null.

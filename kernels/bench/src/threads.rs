@@ -358,7 +358,7 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
     }
     println!(
         "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
-        crate::ratio_legend()
+        crate::ratio_method()
     );
 }
 
@@ -400,7 +400,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
         "fma_peak_gflops_threads": probe.all,
         "fma_scaling": probe.scaling(),
         "one_thread_cpus": cpus,
-        "ratio_method": crate::RATIO_METHOD,
+        "ratio_method": crate::ratio_method(),
         "shapes": shapes,
     }))
 }
