@@ -457,7 +457,7 @@ impl Grid {
     /// 512×512×512 and 4×512×512 into eight panel chunks (the input read eight times)
     /// where two, one per thread, do the same work per thread. Measured at two threads,
     /// in-process A/B (31 interleaved rounds, median of the rounds' ratios, outputs
-    /// identical), two passes each: 512×512×512 +4.5%, +7.2%, +7.6%; 4×512×512 +8.9%,
+    /// identical), one to three passes each: 512×512×512 +4.5%, +7.2%, +7.6%; 4×512×512 +8.9%,
     /// +8.3%, +7.8%; 32×96×1536 +3.2%, +2.2%; 64×1024×1024, 16×1024×1024,
     /// 256×512×2048 and 128×2048×2048 +0.0% to +2.3%.
     ///
