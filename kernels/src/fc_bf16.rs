@@ -48,6 +48,9 @@ pub struct FullyConnectedBf16F32Desc<'a> {
     pub transposed_weights: bool,
     /// The instruction set; `None` is the environment's or the best with a bf16 kernel.
     pub isa: Option<DotIsa>,
+    /// Transparent huge pages under the packed weights (the default); see
+    /// `with_huge_pages`.
+    pub huge_pages: bool,
 }
 
 impl<'a> FullyConnectedBf16F32Desc<'a> {
@@ -65,6 +68,7 @@ impl<'a> FullyConnectedBf16F32Desc<'a> {
             output_max: f32::INFINITY,
             transposed_weights: false,
             isa: None,
+            huge_pages: true,
         }
     }
 
@@ -109,6 +113,7 @@ impl FullyConnectedBf16F32 {
             min: desc.output_min,
             max: desc.output_max,
             isa: desc.isa,
+            huge_pages: desc.huge_pages,
         };
         let core = Core::create(table, Kind::Bf16F32, &common, |dst, nr| {
             lowp::pack_bf16(

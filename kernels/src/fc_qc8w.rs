@@ -33,6 +33,9 @@ pub struct FullyConnectedF32Qc8wDesc<'a> {
     pub transposed_weights: bool,
     /// The instruction set; `None` is the environment's or the best with an int8 kernel.
     pub isa: Option<DotIsa>,
+    /// Transparent huge pages under the packed weights (the default); see
+    /// `with_huge_pages`.
+    pub huge_pages: bool,
 }
 
 impl<'a> FullyConnectedF32Qc8wDesc<'a> {
@@ -56,6 +59,7 @@ impl<'a> FullyConnectedF32Qc8wDesc<'a> {
             output_max: f32::INFINITY,
             transposed_weights: false,
             isa: None,
+            huge_pages: true,
         }
     }
 
@@ -103,6 +107,7 @@ impl FullyConnectedF32Qc8w {
             min: desc.output_min,
             max: desc.output_max,
             isa: desc.isa,
+            huge_pages: desc.huge_pages,
         };
         let core = Core::create(table, Kind::F32Qc8w, &common, |dst, nr| {
             lowp::pack_f32_qc8w(

@@ -38,6 +38,12 @@
 //! choose their kernels by [`DotIsa`], forced with `KEEPALLOC_KERNELS_DOT_ISA`
 //! ([`DOT_ISA_ENV`]).
 //!
+//! Pages: on Linux x86-64 every `create` asks, by default, for transparent huge pages under
+//! its packed weights (`madvise(MADV_HUGEPAGE)` on the whole 2 MiB pages inside the block,
+//! before it is filled), so a run streaming them takes a TLB entry per 2 MiB, not per
+//! 4 KiB. No memory is added and nothing is allocated; `with_huge_pages(false)` on a
+//! descriptor leaves the block as the allocator made it.
+//!
 //! ```
 //! use keepalloc_allocators::{AllocatorTable, Counting, System};
 //! use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};

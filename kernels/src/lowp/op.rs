@@ -27,6 +27,7 @@ pub(crate) struct Common<'a> {
     pub min: f32,
     pub max: f32,
     pub isa: Option<DotIsa>,
+    pub huge_pages: bool,
 }
 
 /// An operator's packed weights and geometry.
@@ -142,7 +143,7 @@ impl Core {
             .checked_add(slack)
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or(bad_channels)?;
-        let mut packed = TableBuf::zeroed(table, total / size_of::<f32>())?;
+        let mut packed = TableBuf::zeroed(table, total / size_of::<f32>(), c.huge_pages)?;
         debug_assert_eq!(packed.bytes(), total);
         pack(&mut packed.as_bytes_mut()[..bytes], nr);
         Ok(Core {
@@ -227,6 +228,13 @@ macro_rules! desc_builders {
         /// this operator kind).
         pub fn with_isa(mut self, isa: DotIsa) -> Self {
             self.isa = Some(isa);
+            self
+        }
+
+        /// Transparent huge pages under the packed weights, on by default: as
+        /// [`FullyConnectedDesc::with_huge_pages`](crate::FullyConnectedDesc::with_huge_pages).
+        pub fn with_huge_pages(mut self, on: bool) -> Self {
+            self.huge_pages = on;
             self
         }
     };
