@@ -55,7 +55,7 @@ pub struct Cell {
 pub struct Row {
     /// (M, K, N).
     pub shape: (usize, usize, usize),
-    /// One per library, in `--libs` order.
+    /// One per library, in the order of `Lib::ALL` (the order of the rounds).
     pub cells: Vec<Cell>,
     /// Batch 1: read bandwidth (GB/s) of a weights-sized buffer.
     pub bandwidth: Option<f64>,
@@ -117,9 +117,9 @@ struct Cli {
     quick: bool,
     /// Only these libraries, comma-separated, any case: keepalloc, XNNPACK (Debian's, 2022),
     /// XNNPACK-2026 (current: the executorch wheel's), OpenBLAS, matrixmultiply, gemm
-    /// [default: all].
-    #[arg(long, value_name = "a,b", value_delimiter = ',')]
-    libs: Option<Vec<String>>,
+    /// [default: all]. Each round times them in that order, whatever the order given.
+    #[arg(long, value_name = "a,b", value_delimiter = ',', value_parser = parse_lib)]
+    libs: Option<Vec<Lib>>,
     /// Only these shapes, comma-separated [default: the eleven, plus 128x4096x4096
     /// for the low-precision operators].
     #[arg(long, value_name = "MxKxN,...", value_delimiter = ',', value_parser = parse_shape)]
@@ -133,6 +133,18 @@ struct Cli {
     /// threads (the f32 operator; `--json`, `--quick` and `--shapes` apply).
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+}
+
+/// A library's name, any case; anything else is an error naming the choices (a name
+/// dropped silently would leave a library out of the comparison unnoticed).
+fn parse_lib(s: &str) -> Result<Lib, String> {
+    Lib::ALL
+        .into_iter()
+        .find(|l| s.eq_ignore_ascii_case(l.name()))
+        .ok_or_else(|| {
+            let names: Vec<&str> = Lib::ALL.iter().map(|l| l.name()).collect();
+            format!("unknown library `{s}`, want one of {}", names.join(", "))
+        })
 }
 
 /// `MxKxN`, each positive.
@@ -172,9 +184,9 @@ impl From<Cli> for Options {
             svg: cli.svg,
             budget: Duration::from_millis(if cli.quick { 120 } else { 400 }),
             libs: match cli.libs {
-                Some(names) => Lib::ALL
+                Some(chosen) => Lib::ALL
                     .into_iter()
-                    .filter(|l| names.iter().any(|s| s.eq_ignore_ascii_case(l.name())))
+                    .filter(|l| chosen.contains(l))
                     .collect(),
                 None => Lib::ALL.to_vec(),
             },
@@ -741,6 +753,20 @@ mod tests {
 
     fn options(args: &[&str]) -> Result<Options, clap::Error> {
         Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(Options::from)
+    }
+
+    #[test]
+    fn libs_are_named_in_any_case_run_in_fixed_order_and_unknown_names_are_refused() {
+        let o = options(&["--libs", "gemm,OPENBLAS,keepalloc"]).unwrap();
+        assert_eq!(o.libs, [Lib::Keepalloc, Lib::OpenBlas, Lib::Gemm]);
+        let err = options(&["--libs", "keepalloc,xnnpack-current"])
+            .err()
+            .expect("an unknown library must be refused")
+            .to_string();
+        assert!(
+            err.contains("unknown library `xnnpack-current`") && err.contains("XNNPACK-2026"),
+            "{err}"
+        );
     }
 
     #[test]
