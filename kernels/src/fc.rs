@@ -430,6 +430,9 @@ impl FullyConnected {
 /// Most tasks one run is cut into (the mask of claimed tasks is one `u64`).
 const MAX_TASKS: usize = 64;
 
+/// Rows below which a run is cut into at most one task per thread (see [`Grid::new`]).
+const STATIC_BELOW_ROWS: usize = 16;
+
 /// Floating-point operations below which a piece of work is not worth handing to another
 /// thread (a wake-up and a hand-back cost about a microsecond; 32 Kflop is about half a
 /// microsecond of one core).
@@ -463,32 +466,46 @@ impl Grid {
     /// The cut for `threads` threads: among the cuts into at most `4 × threads` (and
     /// [`MAX_TASKS`]) tasks of at least [`MIN_TASK_FLOPS`] each, the one whose slowest
     /// thread has the least work (tasks claimed in turn, `ceil(tasks / threads)` rounds of
-    /// the largest task); ties go to the cut that reads the fewest floats in all (every row
-    /// chunk reads all `K × N` weights, every panel chunk all `M × K` inputs), then to more
-    /// tasks: on a shared machine a worker can be descheduled in the middle of a task, and
-    /// smaller tasks let the other threads take over more of its share.
+    /// the largest task); ties go to more tasks, then to the cut that reads the fewest
+    /// floats in all (every row chunk reads all `K × N` weights, every panel chunk all
+    /// `M × K` inputs).
     ///
-    /// The reads tie-break replaced "fewer row chunks, then more tasks", which cut
-    /// 512×512×512 and 4×512×512 into eight panel chunks (the input read eight times)
-    /// where two, one per thread, do the same work per thread. Measured at two threads,
-    /// in-process A/B (31 interleaved rounds, median of the rounds' ratios, outputs
-    /// identical), one to three passes each: 512×512×512 +4.5%, +7.2%, +7.6%; 4×512×512 +8.9%,
-    /// +8.3%, +7.8%; 32×96×1536 +3.2%, +2.2%; 64×1024×1024, 16×1024×1024,
-    /// 256×512×2048 and 128×2048×2048 +0.0% to +2.3%.
+    /// More tasks, because the cores a run gets are often not equally fast: another thread
+    /// or another tenant shares one of them, and a descheduled worker stalls its share. The
+    /// pool hands tasks out from both ends (the caller from the front, the workers from the
+    /// back), so the faster thread takes more of them, and with equal cores each thread
+    /// keeps the same half run after run. On this VM one core often runs the operator at
+    /// 105-110 GFLOPS while the other runs at 165, every FMA probe reading both at full
+    /// speed; two equal tasks then finish at the pace of the slower one (512×512×512 at two
+    /// threads: 205 GFLOPS, where current XNNPACK on pthreadpool, which balances, reached
+    /// 217). Measured at two threads, in-process A/B (21 interleaved rounds, median of the
+    /// rounds' ratios, outputs identical), eight tasks against two on the M ≥ 16 shapes, in
+    /// four passes: in a phase where two threads ran at about 150 GFLOPS (one core slow),
+    /// 256×512×2048 +33%, 128×2048×2048 +16%, 512×512×512 +13%, 16×1024×1024 +12%,
+    /// 64×1024×1024 +11%, 32×96×1536 +9%; in the three others, −2.5% to +11.2% (twelve
+    /// figures, seven of them within ±2.5%). The tie-break before this one (fewest reads
+    /// first) had measured two tasks ahead by 0–7.6% in the session it was made. Eight
+    /// tasks per thread instead of four: 0.97–1.01×.
     ///
-    /// A batch of 1 is cut into at most one panel chunk per thread instead. Each thread then
-    /// runs one GEMV call per run, so the direction it takes the panels in alternates run by
-    /// run (see `gemm::run`) and it starts on the weights it read last, still in its L2, as
-    /// one thread does: the pool hands each thread the same chunk run after run (the
+    /// Fewer than [`STATIC_BELOW_ROWS`] rows are cut into at most one task per thread
+    /// instead: there a task computes less than it costs to fetch its weights from the
+    /// other core's cache, so a thread must find its weights in its own L2 run after run,
+    /// which only a fixed split does. 4×512×512, eight tasks against two: −8.3% and −8.1%
+    /// in two passes, +9% and +14% in two others (one core slow).
+    ///
+    /// A batch of 1 (the GEMV) is the extreme case: one panel chunk per thread. Each thread
+    /// then runs one GEMV call per run, so the direction it takes the panels in alternates
+    /// run by run (see `gemm::run`) and it starts on the weights it read last, still in its
+    /// L2, as one thread does: the pool hands each thread the same chunk run after run (the
     /// caller the first, the workers from the last). With four tasks per thread the
     /// direction flipped per task and a thread's next run started on cold weights. Measured
-    /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256 +10–15%,
-    /// 1×1536×1536 +33%, 1×4096×4096 +4–5%.
+    /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256
+    /// +10–15%, 1×1536×1536 +33%, 1×4096×4096 +4–5%.
     pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
         let panels = n.div_ceil(nr);
         let units = if m == 1 { 1 } else { (m / mr).max(1) };
         let flops = m.saturating_mul(k).saturating_mul(n).saturating_mul(2);
-        let per_thread = if m == 1 { 1 } else { 4 };
+        let per_thread = if m < STATIC_BELOW_ROWS { 1 } else { 4 };
         let max_tasks = (flops / MIN_TASK_FLOPS)
             .min(threads.saturating_mul(per_thread))
             .clamp(1, MAX_TASKS);
@@ -504,7 +521,7 @@ impl Grid {
         if threads == 1 {
             return best;
         }
-        let mut best_key = (usize::MAX, usize::MAX, core::cmp::Reverse(0));
+        let mut best_key = (usize::MAX, core::cmp::Reverse(0), usize::MAX);
         for mt in 1..=units.min(max_tasks) {
             for nt in 1..=panels.min(max_tasks / mt) {
                 let g = Grid { mt, nt, ..best };
@@ -512,7 +529,7 @@ impl Grid {
                 let work = tasks.div_ceil(threads) * g.max_rows() * panels.div_ceil(nt);
                 let reads = (mt.saturating_mul(k).saturating_mul(n))
                     .saturating_add(nt.saturating_mul(m).saturating_mul(k));
-                let key = (work, reads, core::cmp::Reverse(tasks));
+                let key = (work, core::cmp::Reverse(tasks), reads);
                 if key < best_key {
                     best_key = key;
                     best = g;
@@ -633,7 +650,7 @@ mod tests {
     fn grids_use_every_thread_on_narrow_and_on_wide_layers() {
         // Tall and narrow (one panel): rows are cut.
         let g = Grid::new(1024, 256, 32, 32, 8, 2);
-        assert_eq!((g.mt, g.nt), (2, 1));
+        assert!(g.nt == 1 && g.mt >= 2 && g.mt.is_multiple_of(2), "{g:?}");
         // Wide, few rows: panels are cut (each weight read once in all).
         let g = Grid::new(16, 1024, 1024, 32, 8, 2);
         assert!(g.mt == 1 && g.nt >= 2 && g.nt.is_multiple_of(2), "{g:?}");
@@ -654,25 +671,34 @@ mod tests {
     }
 
     #[test]
-    fn among_equal_work_cuts_the_one_that_reads_least_wins() {
-        // 512x512x512 at two threads: eight panel chunks (the cut before) read the 1 MiB
-        // input eight times; two panel chunks, one per thread, do the same work per thread
-        // and read it twice.
+    fn among_equal_work_cuts_the_most_tasks_then_the_fewest_reads_win() {
+        // 512x512x512 at two threads: eight tasks, so that a faster core takes more of them
+        // (two equal halves finish at the pace of the slower core); of the eight-task cuts,
+        // two row chunks by four panel chunks read least (the weights twice, the input four
+        // times).
         let g = Grid::new(512, 512, 512, 32, 8, 2);
-        assert_eq!((g.mt, g.nt), (1, 2), "{g:?}");
-        let eight_panels = Grid { mt: 1, nt: 8, ..g };
-        assert!(reads(&g, 512, 512) < reads(&eight_panels, 512, 512));
-        // 4x512x512: one panel chunk per thread, not eight small ones.
+        assert_eq!((g.mt, g.nt), (2, 4), "{g:?}");
+        // Fewer than STATIC_BELOW_ROWS rows: one chunk per thread, each thread's weights
+        // staying in its own L2 run after run.
         assert_eq!(Grid::new(4, 512, 512, 32, 8, 2).tasks(), 2);
-        // Whatever the shape, no cut with the same slowest-thread work reads less.
+        assert_eq!(Grid::new(15, 512, 512, 32, 8, 2).tasks(), 2);
+        assert_eq!(Grid::new(16, 512, 512, 32, 8, 2).tasks(), 8);
+        // Whatever the shape, no cut with the same slowest-thread work has more tasks, and
+        // none with as many tasks reads less.
         for &(m, k, n) in &[
             (512, 512, 512),
             (64, 1024, 1024),
             (32, 96, 1536),
             (100, 256, 520),
+            (4, 512, 512),
         ] {
             for threads in [2, 3, 4] {
                 let g = Grid::new(m, k, n, 32, 8, threads);
+                let cap = if m < super::STATIC_BELOW_ROWS {
+                    threads
+                } else {
+                    4 * threads
+                };
                 let work = |c: &Grid| {
                     c.tasks().div_ceil(threads.min(c.tasks()))
                         * c.max_rows()
@@ -681,7 +707,14 @@ mod tests {
                 for mt in 1..=g.units.min(MAX_TASKS) {
                     for nt in 1..=g.panels.min(MAX_TASKS / mt) {
                         let c = Grid { mt, nt, ..g };
-                        if c.tasks() <= g.tasks().max(4 * threads) && work(&c) == work(&g) {
+                        if c.tasks() > cap || work(&c) != work(&g) {
+                            continue;
+                        }
+                        assert!(
+                            c.tasks() <= g.tasks(),
+                            "{m}x{k}x{n} t={threads}: {c:?} has more tasks than {g:?}"
+                        );
+                        if c.tasks() == g.tasks() {
                             assert!(
                                 reads(&c, k, n) >= reads(&g, k, n),
                                 "{m}x{k}x{n} t={threads}: {c:?} reads less than {g:?}"
