@@ -3,6 +3,8 @@
 //! whose creation, runs and drop are all measured). A counting `#[global_allocator]` needs a
 //! process of its own.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use keepalloc_allocators::{AllocatorTable, AsGlobal, Counting, System};
 use keepalloc_kernels::{
     DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
@@ -66,8 +68,8 @@ fn threads(weights: &[f32], bias: &[f32]) {
     // Starting the process pool asks the OS for the CPU count, which reads /proc through the
     // global allocator once; that is outside what is measured (create, run, drop).
     let process = process_pool().unwrap();
-    // Shapes that the run cuts into several tasks: by panels (batch 9) and by rows
-    // (batch 64 of a narrow layer); batch 1 of 300x70 is too small to cut.
+    // Batches 17 and 64 of 300x70 are cut into several tasks (the pool's own record below
+    // shows it); batch 1 is too small to cut.
     let (k, n) = (300, 70);
     let tall = 64;
     let input: Vec<f32> = (0..tall * k).map(|i| (i % 5) as f32).collect();
@@ -81,7 +83,7 @@ fn threads(weights: &[f32], bias: &[f32]) {
             .transposed()
             .with_isa(isa);
         let op = FullyConnected::create(&desc.with_threads(2)).unwrap();
-        for batch in [1, 9, tall] {
+        for batch in [1, 17, tall] {
             op.run(batch, &input[..(batch - 1) * k + k], &mut output)
                 .unwrap();
             op.run_with_threads(batch, &input[..(batch - 1) * k + k], &mut output, 4)
@@ -93,9 +95,15 @@ fn threads(weights: &[f32], bias: &[f32]) {
             FullyConnected::CREATE_ALLOCATIONS as u64 + 1,
             "the pool's state is one table block"
         );
-        for batch in [1, 9, tall] {
-            op.run_in(&pool, batch, &input[..(batch - 1) * k + k], &mut output)
+        for batch in [1, 17, tall] {
+            let observed = Observed(&pool, AtomicUsize::new(0));
+            op.run_in(&observed, batch, &input[..(batch - 1) * k + k], &mut output)
                 .unwrap();
+            let tasks = observed.1.load(Ordering::Relaxed);
+            assert!(
+                (batch == 1) == (tasks <= 1),
+                "{isa}: batch {batch} was cut into {tasks} tasks"
+            );
         }
         drop(pool);
         drop(op);
@@ -115,6 +123,21 @@ fn threads(weights: &[f32], bias: &[f32]) {
             "global_alloc: {isa} threads (process pool of {}, ThreadPool of 3): 0 global allocations",
             process.threads()
         );
+    }
+}
+
+/// A pool that records how many tasks a run was cut into (0: the run did not use it), and
+/// runs them on the pool it wraps.
+struct Observed<'a>(&'a ThreadPool, AtomicUsize);
+
+impl Parallel for Observed<'_> {
+    fn threads(&self) -> usize {
+        self.0.threads()
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.1.store(tasks, Ordering::Relaxed);
+        self.0.run(tasks, task);
     }
 }
 
