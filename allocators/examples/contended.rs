@@ -15,9 +15,11 @@
 //! Every thread does `TOTAL / threads` alloc + free pairs (the same total work at every thread
 //! count), all released at once by a barrier; the figure is wall time per pair over all
 //! threads, from the first worker's start to the last worker's end (read by the workers). Each
-//! cell is the median of 9 runs, every column interleaved run by run so that machine load hits
-//! them alike; each ratio to direct is the median of the 9 runs' own ratios (paired: a slow
-//! phase of the machine divides out), not the ratio of the two medians.
+//! cell is the median of 12 runs, every column interleaved run by run so that machine load
+//! hits them alike, and each run starting one column later than the one before (every column
+//! runs first, second, third and last equally often: a fixed order always ran `uncounted`
+//! last and `direct` first); each ratio to direct is the median of the 12 runs' own ratios
+//! (paired: a slow phase of the machine divides out), not the ratio of the two medians.
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -28,7 +30,9 @@ use keepalloc_allocators::{AllocatorTable, Counting, Mimalloc, System};
 
 const TOTAL: usize = 8_000_000;
 const SIZE: usize = 64;
-const RUNS: usize = 9;
+/// A multiple of the four columns: each takes every position in a run equally often.
+const RUNS: usize = 12;
+const _: () = assert!(RUNS % 4 == 0);
 
 static SYSTEM: System = System;
 static MIMALLOC: Mimalloc = Mimalloc;
@@ -151,9 +155,10 @@ fn main() {
         };
         for threads in [1usize, 2, 8, 32] {
             let mut v: [Vec<f64>; 4] = Default::default();
-            for _ in 0..RUNS {
-                for (work, v) in modes.iter().zip(v.iter_mut()) {
-                    v.push(run(threads, &**work));
+            for r in 0..RUNS {
+                for j in 0..modes.len() {
+                    let i = (r + j) % modes.len();
+                    v[i].push(run(threads, &*modes[i]));
                 }
             }
             // Each ratio is the median of the runs' own ratios: a run's columns ran back to

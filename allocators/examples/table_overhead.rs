@@ -1,6 +1,7 @@
 //! What the C table costs over calling the backend directly: alloc + free of one size in a
-//! tight loop, 2,000,000 times, median of 9 rounds (the four modes take turns within each
-//! round), for System and mimalloc, with 16-byte (`allocate`) and 64-byte
+//! tight loop, 2,000,000 times, median of 12 rounds (the four modes take turns within each
+//! round, each round starting one mode later, so every mode runs first, second, third and
+//! last equally often), for System and mimalloc, with 16-byte (`allocate`) and 64-byte
 //! (`aligned_allocate`) alignment; prints each ratio and the worst one. A ratio is the median
 //! of the rounds' own table/direct ratios (paired: the two ran back to back, so a slow phase
 //! of the machine divides out), not the ratio of the two medians. Both backends free
@@ -22,7 +23,9 @@ use keepalloc_allocators::{AllocatorTable, Mimalloc, System};
 static SYSTEM: System = System;
 static MIMALLOC: Mimalloc = Mimalloc;
 const ITERATIONS: u32 = 2_000_000;
-const ROUNDS: usize = 9;
+/// A multiple of the four modes: each takes every position in the round equally often.
+const ROUNDS: usize = 12;
+const _: () = assert!(ROUNDS % MODES.len() == 0);
 const MODES: [&str; 4] = ["direct", "table", "direct64", "table64"];
 
 /// Nanoseconds per alloc + free over `iterations` pairs.
@@ -100,11 +103,14 @@ fn main() {
     for backend in ["system", "mimalloc"] {
         for size in [64usize, 4096, 1 << 20] {
             // The four modes take turns round by round, so machine load and the heap's state
-            // hit direct and table alike.
+            // hit direct and table alike; round r starts with mode r % 4, so no mode always
+            // runs right after the same one (a fixed order measured table after direct
+            // every time).
             let mut runs: [Vec<f64>; 4] = Default::default();
-            for _ in 0..ROUNDS {
-                for (mode, v) in MODES.iter().zip(runs.iter_mut()) {
-                    v.push(one(backend, mode, size));
+            for r in 0..ROUNDS {
+                for j in 0..MODES.len() {
+                    let i = (r + j) % MODES.len();
+                    runs[i].push(one(backend, MODES[i], size));
                 }
             }
             let ratio =
