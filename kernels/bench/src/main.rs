@@ -117,7 +117,8 @@ struct Cli {
     quick: bool,
     /// Only these libraries, comma-separated, any case: keepalloc, XNNPACK (Debian's, 2022),
     /// XNNPACK-2026 (current: the executorch wheel's), OpenBLAS, matrixmultiply, gemm
-    /// [default: all]. Each round times them in that order, whatever the order given.
+    /// [default: all]. Whatever the order given, the rounds time them in the order of this
+    /// list, reversed every other round and one place later every two rounds.
     #[arg(long, value_name = "a,b", value_delimiter = ',', value_parser = parse_lib)]
     libs: Option<Vec<Lib>>,
     /// Only these shapes, comma-separated [default: the eleven, plus 128x4096x4096
@@ -358,8 +359,9 @@ fn median_gflops<L>(
             Some((t, per_round, Vec::new(), Vec::new()))
         })
         .collect();
-    for _ in 0..ROUNDS {
-        for ((lib, r), t) in runners.iter_mut().zip(timings.iter_mut()) {
+    for round in 0..ROUNDS {
+        for i in round_order(round, runners.len()) {
+            let ((lib, r), t) = (&mut runners[i], &mut timings[i]);
             if let (Ok(run), Some((t, per_round, rounds, floors))) = (r.as_mut(), t.as_mut()) {
                 let pinned = pin(lib);
                 if let Some(cpu) = pinned {
@@ -394,6 +396,19 @@ fn median_gflops<L>(
             })
         })
         .collect()
+}
+
+/// The order in which the `n` runners take their turns in round `round`: reversed every
+/// other round, and one place later every two rounds. A fixed order ran keepalloc first in every
+/// round, always after the same library, whose data then filled the caches (at 1×4096×4096
+/// every library's 64 MiB of weights is partly in the L3 or not depending on what ran
+/// before); now each runner takes different places and follows different neighbours.
+fn round_order(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    let shift = round / 2;
+    (0..n).map(move |j| {
+        let j = if round % 2 == 1 { n - 1 - j } else { j };
+        (j + shift) % n
+    })
 }
 
 fn check(d: &Data, reference: &[(f64, f64)], out: &[f32], bias: bool) -> bool {
@@ -753,6 +768,45 @@ mod tests {
 
     fn options(args: &[&str]) -> Result<Options, clap::Error> {
         Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(Options::from)
+    }
+
+    #[test]
+    fn runners_change_place_and_neighbour_from_round_to_round() {
+        for n in [2, 6, 7] {
+            let orders: Vec<Vec<usize>> =
+                (0..ROUNDS).map(|r| round_order(r, n).collect()).collect();
+            for order in &orders {
+                let mut sorted = order.clone();
+                sorted.sort();
+                assert_eq!(
+                    sorted,
+                    (0..n).collect::<Vec<_>>(),
+                    "each runner once a round"
+                );
+            }
+            for runner in 0..n {
+                let places: std::collections::BTreeSet<usize> = orders
+                    .iter()
+                    .map(|o| o.iter().position(|&i| i == runner).unwrap())
+                    .collect();
+                // Every place when there are at most six (the rounds reach six shifts).
+                assert!(
+                    places.len() >= n.min(6),
+                    "runner {runner} of {n} takes only places {places:?}"
+                );
+                let before: std::collections::BTreeSet<Option<usize>> = orders
+                    .iter()
+                    .map(|o| {
+                        let p = o.iter().position(|&i| i == runner).unwrap();
+                        p.checked_sub(1).map(|q| o[q])
+                    })
+                    .collect();
+                assert!(
+                    before.len() >= 2.min(n),
+                    "runner {runner} of {n} always follows the same one: {before:?}"
+                );
+            }
+        }
     }
 
     #[test]
