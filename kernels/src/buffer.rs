@@ -27,7 +27,7 @@ unsafe impl Sync for TableBuf {}
 impl TableBuf {
     /// Allocates `len` floats from `table` (one call to `aligned_allocate`) and zeroes them;
     /// with `huge_pages`, first asks the kernel to back the whole huge pages inside the
-    /// block with transparent huge pages (see [`advise_huge_pages`]).
+    /// block with transparent huge pages (see `advise_huge_pages`).
     pub(crate) fn zeroed(
         table: &AllocatorTable,
         len: usize,
@@ -54,7 +54,8 @@ impl TableBuf {
         }
         if huge_pages {
             // Before the first write, so that the zeroing faults the pages in huge.
-            advise_huge_pages(raw, bytes);
+            // SAFETY: the block was just allocated for `bytes` bytes and is not shared yet.
+            unsafe { advise_huge_pages(raw, bytes) };
         }
         // SAFETY: the block holds `bytes` writable bytes, aligned for f32.
         unsafe { core::ptr::write_bytes(raw, 0, bytes) };
@@ -91,11 +92,11 @@ impl TableBuf {
 }
 
 /// Size of a transparent huge page (the PMD size of x86-64 Linux).
-pub(crate) const HUGE_PAGE: usize = 2 << 20;
+const HUGE_PAGE: usize = 2 << 20;
 
 /// The whole `HUGE_PAGE`-aligned pages inside `[block, block + bytes)`, as `(start, len)`;
 /// `None` when the block holds no whole huge page.
-pub(crate) fn huge_page_interior(block: usize, bytes: usize) -> Option<(usize, usize)> {
+fn huge_page_interior(block: usize, bytes: usize) -> Option<(usize, usize)> {
     let start = block.checked_next_multiple_of(HUGE_PAGE)?;
     let end = block.checked_add(bytes)? / HUGE_PAGE * HUGE_PAGE;
     (end > start).then(|| (start, end - start))
@@ -109,24 +110,26 @@ pub(crate) fn huge_page_interior(block: usize, bytes: usize) -> Option<(usize, u
 /// the block, and the allocator keeps owning the memory. The flag stays on that address
 /// range after the block is freed (the allocator may hand it out again, it then faults in
 /// huge pages too). With THP set to `never`, or a kernel without THP, the call fails or is
-/// ignored and the block is the same as without it; the result is therefore not checked.
-/// Returns whether the kernel accepted the advice.
+/// ignored and the block is the same as without it, so its result is not looked at.
+///
+/// # Safety
+/// `[block, block + bytes)` is a live block the caller owns and nobody else uses yet.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub(crate) fn advise_huge_pages(block: *mut u8, bytes: usize) -> bool {
-    let Some((start, len)) = huge_page_interior(block as usize, bytes) else {
-        return false;
-    };
-    // SAFETY: `[start, start + len)` lies inside the block this `TableBuf` owns and nobody
-    // else reads yet; MADV_HUGEPAGE only sets how the kernel backs those pages, it neither
-    // frees nor changes them, and touches no address outside the range.
-    unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) == 0 }
+unsafe fn advise_huge_pages(block: *mut u8, bytes: usize) {
+    if let Some((start, len)) = huge_page_interior(block as usize, bytes) {
+        // MADV_HUGEPAGE only sets how the kernel backs those pages: it neither frees nor
+        // changes them, and touches no address outside the range.
+        // SAFETY: `[start, start + len)` lies inside the caller's own block (the contract).
+        unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+    }
 }
 
 /// Transparent huge pages are a Linux x86-64 feature here: elsewhere, no advice.
+///
+/// # Safety
+/// As the Linux version's: `[block, block + bytes)` is the caller's own live block.
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-pub(crate) fn advise_huge_pages(_block: *mut u8, _bytes: usize) -> bool {
-    false
-}
+unsafe fn advise_huge_pages(_block: *mut u8, _bytes: usize) {}
 
 impl Drop for TableBuf {
     fn drop(&mut self) {

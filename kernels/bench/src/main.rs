@@ -961,8 +961,8 @@ mod tests {
                 Lib::ALL[0],
                 Ok(Box::new(|out: &mut [f32]| {
                     // SAFETY: sched_getcpu takes no arguments and only reads.
-                    seen.borrow_mut()
-                        .push(unsafe { libc::sched_getcpu() } as usize);
+                    let cpu = unsafe { libc::sched_getcpu() };
+                    seen.borrow_mut().push(cpu as usize);
                     out[0] += 1.0;
                 })),
             ),

@@ -129,8 +129,8 @@ fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
 
 /// The calling thread's affinity mask now (CPU 0 alone if the kernel will not say).
 pub(crate) fn affinity_now() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
-    // `size_of::<cpu_set_t>()` bytes into it.
+    // A zeroed cpu_set_t is a valid empty set.
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()` bytes into `set`.
     let set = unsafe {
         let mut set: libc::cpu_set_t = core::mem::zeroed();
         if libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
