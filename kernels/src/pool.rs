@@ -341,7 +341,7 @@ impl ThreadPool {
         }
         let workers = threads - 1;
         // The shared state, then one pthread id per worker.
-        let bytes = size_of::<Shared>() + workers * size_of::<usize>();
+        let bytes = size_of::<Shared>() + workers * size_of::<ThreadId>();
         // SAFETY: a complete table keeps the `xnn_allocator` contract; 64 is a power of two.
         let raw = unsafe { table.aligned_alloc(align_of::<Shared>(), bytes) };
         let shared =
@@ -353,10 +353,10 @@ impl ThreadPool {
         }
         // SAFETY: the block is `bytes` writable bytes aligned for `Shared`, not yet shared.
         unsafe { shared.as_ptr().write(Shared::new(workers)) };
-        // The ids follow `Shared` in the block (room for `workers` of them, usize-aligned
+        // The ids follow `Shared` in the block (room for `workers` of them, aligned
         // since the size of `Shared` is a multiple of 64).
         // SAFETY: the offset stays inside the block.
-        let ids = unsafe { raw.add(size_of::<Shared>()) }.cast::<usize>();
+        let ids = unsafe { raw.add(size_of::<Shared>()) }.cast::<ThreadId>();
         // SAFETY: an initialized block with room for `workers` ids, freed through `table`.
         unsafe { ThreadPool::start(shared, Some(*table), ids, workers) }
     }
@@ -370,7 +370,7 @@ impl ThreadPool {
     unsafe fn start(
         shared: NonNull<Shared>,
         table: Option<AllocatorTable>,
-        ids: *mut usize,
+        ids: *mut ThreadId,
         workers: usize,
     ) -> Result<ThreadPool, KernelError> {
         let mut pool = ThreadPool {
@@ -552,28 +552,20 @@ fn worker(s: &Shared) {
 /// The worker threads of one pool.
 #[cfg(unix)]
 struct Threads {
-    /// The pthread ids, in the pool's block after `Shared` (`pthread_t` is an integer or a
-    /// pointer, pointer-sized on every Unix target that Rust's std supports with pthreads).
-    ids: *mut usize,
+    /// The pthread ids, in the pool's block after `Shared`.
+    ids: *mut ThreadId,
     len: usize,
 }
 
+/// What the pool's block keeps per worker: the `pthread_t` (an integer or a pointer, at most
+/// pointer-sized and pointer-aligned on every Unix target that std supports with pthreads).
 #[cfg(unix)]
-mod os {
-    use core::ffi::{c_int, c_void};
-
-    pub type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
-
-    unsafe extern "C" {
-        pub fn pthread_create(
-            thread: *mut usize,
-            attr: *const c_void,
-            start: StartFn,
-            arg: *mut c_void,
-        ) -> c_int;
-        pub fn pthread_join(thread: usize, retval: *mut *mut c_void) -> c_int;
-    }
-}
+type ThreadId = libc::pthread_t;
+#[cfg(not(unix))]
+type ThreadId = usize;
+const _: () = assert!(
+    size_of::<ThreadId>() <= size_of::<usize>() && align_of::<ThreadId>() <= align_of::<Shared>()
+);
 
 #[cfg(unix)]
 extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
@@ -585,18 +577,18 @@ extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
 
 #[cfg(unix)]
 impl Threads {
-    fn new(ids: *mut usize) -> Threads {
+    fn new(ids: *mut ThreadId) -> Threads {
         Threads { ids, len: 0 }
     }
 
     fn spawn(&mut self, shared: NonNull<Shared>) -> Result<(), KernelError> {
-        let mut id = 0usize;
+        let mut id = core::mem::MaybeUninit::<ThreadId>::uninit();
         // The start routine only reads the shared block, which outlives the thread
         // (joined in drop before it is freed); default attributes (the C library's stack).
         // SAFETY: valid out pointer, NULL attributes, a matching start routine.
         let rc = unsafe {
-            os::pthread_create(
-                &mut id,
+            libc::pthread_create(
+                id.as_mut_ptr(),
                 core::ptr::null(),
                 worker_main,
                 shared.as_ptr().cast(),
@@ -605,8 +597,9 @@ impl Threads {
         if rc != 0 {
             return Err(KernelError::ThreadSpawn { code: rc });
         }
-        // SAFETY: the block has room for one id per worker, and at most that many are started.
-        unsafe { self.ids.add(self.len).write(id) };
+        // SAFETY: pthread_create succeeded, so it wrote the id; the block has room for one id
+        // per worker, and at most that many are started.
+        unsafe { self.ids.add(self.len).write(id.assume_init()) };
         self.len += 1;
         Ok(())
     }
@@ -614,7 +607,7 @@ impl Threads {
     fn join_all(&mut self) {
         for i in 0..self.len {
             // SAFETY: id `i` was written by `spawn`; that thread is joined once.
-            let rc = unsafe { os::pthread_join(self.ids.add(i).read(), core::ptr::null_mut()) };
+            let rc = unsafe { libc::pthread_join(self.ids.add(i).read(), core::ptr::null_mut()) };
             debug_assert_eq!(rc, 0, "pthread_join");
         }
         self.len = 0;
@@ -627,7 +620,7 @@ struct Threads(Vec<std::thread::JoinHandle<()>>);
 
 #[cfg(not(unix))]
 impl Threads {
-    fn new(_ids: *mut usize) -> Threads {
+    fn new(_ids: *mut ThreadId) -> Threads {
         Threads(Vec::new())
     }
 
@@ -659,7 +652,7 @@ impl Threads {
 /// The process pool's state: a static, since the pool lives as long as the process.
 struct ProcessBlock {
     shared: UnsafeCell<core::mem::MaybeUninit<Shared>>,
-    ids: UnsafeCell<[usize; MAX_POOL_THREADS]>,
+    ids: UnsafeCell<[core::mem::MaybeUninit<ThreadId>; MAX_POOL_THREADS]>,
 }
 
 // SAFETY: written only under `PROCESS_INIT` before the pool exists, then used through the pool.
@@ -667,7 +660,7 @@ unsafe impl Sync for ProcessBlock {}
 
 static PROCESS_BLOCK: ProcessBlock = ProcessBlock {
     shared: UnsafeCell::new(core::mem::MaybeUninit::uninit()),
-    ids: UnsafeCell::new([0; MAX_POOL_THREADS]),
+    ids: UnsafeCell::new([const { core::mem::MaybeUninit::uninit() }; MAX_POOL_THREADS]),
 };
 
 /// The process-wide pool behind `FullyConnectedDesc::with_threads`.

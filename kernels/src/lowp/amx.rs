@@ -103,16 +103,19 @@ fn detect() -> bool {
     if xcr0 & (0b11 << 17) != 0b11 << 17 {
         return false;
     }
-    unsafe extern "C" {
-        fn syscall(number: core::ffi::c_long, ...) -> core::ffi::c_long;
-    }
-    const SYS_ARCH_PRCTL: core::ffi::c_long = 158;
-    const ARCH_REQ_XCOMP_PERM: core::ffi::c_long = 0x1023;
-    const XFEATURE_XTILEDATA: core::ffi::c_long = 18;
+    // From <asm/prctl.h> and the kernel's XSAVE feature numbers (not in the libc crate).
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
     // arch_prctl(ARCH_REQ_XCOMP_PERM, 18) only changes which XSAVE features this process may
     // use.
     // SAFETY: a syscall that reads and writes no memory of ours.
-    unsafe { syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
