@@ -28,13 +28,13 @@ use crate::TABLE_MIN_ALIGN;
 /// # Safety
 /// An implementation promises, for every call from any thread:
 /// * `alloc(size)` returns NULL or a block of at least `size` bytes aligned to
-///   [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN); `size == 0` gives a unique block (or NULL when memory runs out);
+///   [`TABLE_MIN_ALIGN`]; `size == 0` gives a unique block (or NULL when memory runs out);
 ///   any size, `usize::MAX` included, is accepted (NULL when it cannot be served);
 /// * `alloc_aligned(size, align)` (with `align` a power of two greater than
-///   [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)) returns NULL or a block of at least `size` bytes aligned to `align`;
+///   [`TABLE_MIN_ALIGN`]) returns NULL or a block of at least `size` bytes aligned to `align`;
 /// * `realloc(ptr, size)` and `realloc_aligned(ptr, size, align)` (with `size >= 1`, `ptr` a
 ///   live block of this backend from any of its allocating functions) return NULL and leave
-///   `ptr` valid and unchanged, or return a block aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN) (to `align`)
+///   `ptr` valid and unchanged, or return a block aligned to [`TABLE_MIN_ALIGN`] (to `align`)
 ///   holding the first `min(usable_size(ptr), size)` bytes of `ptr`, after which `ptr` is no
 ///   longer live;
 /// * `free(ptr)` releases a live block of this backend, whichever function made it;
@@ -48,17 +48,17 @@ use crate::TABLE_MIN_ALIGN;
 ///   block's size as it allocates and frees (mimalloc's `mi_umalloc`/`mi_ufree`: the whole
 ///   block, at no extra lookup) may report that instead.
 pub unsafe trait SizelessFree: Sync {
-    /// Allocates `size` bytes aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN).
+    /// Allocates `size` bytes aligned to [`TABLE_MIN_ALIGN`].
     fn alloc(&self, size: usize) -> *mut u8;
-    /// Allocates `size` bytes aligned to `align` (a power of two above [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)).
+    /// Allocates `size` bytes aligned to `align` (a power of two above [`TABLE_MIN_ALIGN`]).
     fn alloc_aligned(&self, size: usize, align: usize) -> *mut u8;
-    /// Resizes to `size >= 1` bytes aligned to [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN), keeping the contents.
+    /// Resizes to `size >= 1` bytes aligned to [`TABLE_MIN_ALIGN`], keeping the contents.
     ///
     /// # Safety
     /// `ptr` is a live block of this backend.
     unsafe fn realloc(&self, ptr: *mut u8, size: usize) -> *mut u8;
     /// Resizes to `size >= 1` bytes aligned to `align` (a power of two above
-    /// [`TABLE_MIN_ALIGN`](crate::TABLE_MIN_ALIGN)), keeping the contents.
+    /// [`TABLE_MIN_ALIGN`]), keeping the contents.
     ///
     /// # Safety
     /// `ptr` is a live block of this backend.

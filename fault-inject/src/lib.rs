@@ -29,7 +29,7 @@
 //!   out. Each is caught only by the signature of its own bug.
 //! * [`scenario`]: cold-start, retry-after-capture, retry-under-race, panic-in-init,
 //!   owner-build-failure and out-of-memory, written once against a
-//!   [`Subject`](scenario::Subject); the `keepalloc-harness` binary runs one of them in its
+//!   [`Subject`]; the `keepalloc-harness` binary runs one of them in its
 //!   process and prints one result line ([`report`]), or lists them all ([`catalog`]);
 //!   `cargo xtask fault-test` runs the campaign.
 //!

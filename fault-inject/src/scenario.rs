@@ -137,7 +137,7 @@ impl Scenario {
     }
 
     /// The owner constructions that fail (process-wide, counted by
-    /// [`witness`](crate::witness)) before one succeeds.
+    /// [`witness`]) before one succeeds.
     pub const fn build_failures(self) -> u64 {
         match self {
             Scenario::OwnerBuildFailure => BUILD_FAILURES,

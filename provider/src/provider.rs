@@ -103,7 +103,7 @@ mod mutant {
 }
 
 /// What this thread is inside of: `(provider address, library slot)` pairs, with
-/// [`OWNER_SLOT`] for the owner's construction. Only the thread running an attempt pushes,
+/// [`OWNER_SLOT`](active::OWNER_SLOT) for the owner's construction. Only the thread running an attempt pushes,
 /// and it pops when the attempt ends (also when it unwinds).
 mod active {
     use std::cell::RefCell;

@@ -139,7 +139,7 @@ impl ViolationKind {
     }
 
     /// The process exit code used when this violation ends a process (one per kind; see
-    /// [`exit`](crate::exit)).
+    /// [`exit`]).
     pub const fn exit_code(&self) -> i32 {
         use crate::exit;
         match self {

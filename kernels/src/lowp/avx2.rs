@@ -62,7 +62,7 @@ pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
 }
 
 /// # Safety
-/// As [`bf16`], with `MR` rows.
+/// As [`bf16()`], with `MR` rows.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn bf16_n<const MR: usize>(t: &Tile) {
     // A rows hold k bf16 values; the panel holds 16 biases and ceil(k/2) words of 16

@@ -90,7 +90,7 @@ pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
 }
 
 /// # Safety
-/// As [`bf16`], with `MR` rows.
+/// As [`bf16()`], with `MR` rows.
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
     let u = chains(MR);

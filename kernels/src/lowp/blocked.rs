@@ -279,10 +279,10 @@ struct Tail([f32; AMX_MC * 32]);
 /// Runs a `bf16_f32` job on AMX-BF16: every block of 32 rows (then one of 16) is multiplied
 /// by `tdpbf16ps` over K rounded down to 32, straight from the bf16 input, each output
 /// starting from its bias (see `amx::block_bf16`); the AVX-512 microkernel then adds the
-/// rest of K (widened, under 32 values) and clamps. The rows left over run [`bf16`].
+/// rest of K (widened, under 32 values) and clamps. The rows left over run [`bf16()`].
 ///
 /// # Safety
-/// As [`bf16`], and `amx::supported()` returned true.
+/// As [`bf16()`], and `amx::supported()` returned true.
 pub(super) unsafe fn bf16_amx(job: &Job) {
     use super::amx::BLOCK_ROWS;
     static CONFIG: super::amx::Config = super::amx::Config::new();

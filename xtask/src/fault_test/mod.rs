@@ -6,7 +6,7 @@
 //! (scenario, variant) pairs apply, what each control's signature is, which cell mutants
 //! exist, and what its exit codes mean ([`catalog`]). This side plans the rows ([`plan`]),
 //! runs each in fresh processes on a pool of workers ([`schedule`]), reads how each run
-//! ended ([`classify`]), counts it by the verdict rules ([`verdict`]) and reports
+//! ended ([`classify`](mod@classify)), counts it by the verdict rules ([`verdict`]) and reports
 //! ([`output`], with the Wilson intervals of [`stats`]).
 //!
 //! It passes only when keepalloc failed no run in any window AND every control with its
