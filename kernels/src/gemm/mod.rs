@@ -11,7 +11,9 @@
 //!   per core: see [`blocking`]), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
 //!   loop), and M in balanced row tiles of at most MR rows (AVX-512 runs a tile of 4 rows
-//!   or fewer on two panels at once, for enough accumulator chains). AVX-512 reads A in place
+//!   or fewer on two panels at once, for enough accumulator chains, and on Intel tiles of
+//!   at most 6 rows on two panels whenever the weights fit in L2 or M >= 64: see
+//!   [`pair_rows`]). AVX-512 reads A in place
 //!   (every row a broadcast-from-memory operand at a register offset, nothing copied);
 //!   the other ISAs copy each row tile of A k-major into a stack buffer (no allocation,
 //!   safe for many threads running one operator at once) and reuse it across the NC
@@ -325,15 +327,17 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     // prefetches then only take load slots. Measured on a 2 MiB-L2 Xeon, in-process A/B
     // (with the kernel's L1 prefetch): 4x512x512 +13%, 16x1024x1024 +8%; with it kept on
     // 128x2048x2048 (16 row tiles) stays 6% faster. Elsewhere (Zen 4) as before.
+    let pair_rows = pair_rows(p.isa, p.m, packed_bytes);
+    let tile_rows = if pair_rows > 4 { pair_rows } else { s.mr };
     let pf_next_panel =
-        !cache::is_intel() || (packed_bytes > cache::l2_bytes() && p.m.div_ceil(s.mr) >= 8);
+        !cache::is_intel() || (packed_bytes > cache::l2_bytes() && p.m.div_ceil(tile_rows) >= 8);
     let mut nc0 = panels.start;
     while nc0 < panels.end {
         let nc1 = nc0.saturating_add(nc).min(panels.end);
         let mut k0 = 0;
         while k0 < p.k {
             let kc = s.kc.min(p.k - k0);
-            for (m0, mr) in row_tiles(p.m, s.mr) {
+            for (m0, mr) in row_tiles(p.m, tile_rows) {
                 // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds.
                 let src = unsafe { p.a.add(m0 * p.lda + k0) };
                 let a = if s.a_in_place {
@@ -360,12 +364,12 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                 };
                 let mut panel = nc0;
                 while panel < nc1 {
-                    // Four rows or fewer: two panels per call on AVX-512 (16 accumulators at
-                    // 4 rows instead of 8). Measured on a Xeon, in-process A/B: 4x512x512
-                    // +19%, 3x256x1000 +20-27%, 4x4096x1024 +7-11%. The same FMAs in the same
-                    // order for every output: results do not change.
+                    // Up to `pair_rows` rows: two panels per call on AVX-512 (see
+                    // `pair_rows`). The same FMAs in the same order for every output: results
+                    // do not change. Pairs never prefetch the next tile into L2: measured on
+                    // 64x1024x1024 and 128x2048x2048, the same or 1-4% slower with it.
                     #[cfg(target_arch = "x86_64")]
-                    if p.isa == Isa::Avx512 && mr <= 4 && panel + 1 < nc1 {
+                    if p.isa == Isa::Avx512 && mr <= pair_rows && panel + 1 < nc1 {
                         // Both tiles are in bounds (above) and share A, K and C's stride.
                         // SAFETY: in-bounds tiles; the ISA is supported (caller).
                         unsafe { avx512::tile_pair(mr, &tile_of(panel), &tile_of(panel + 1)) };
@@ -399,6 +403,52 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     }
 }
 
+/// Packed weights can stay in L2 (at most its size), or at least this many rows share each
+/// block of them: then AVX-512 on Intel runs 6-row tiles over two panels (see
+/// [`pair_rows`]).
+const PAIR6_MIN_ROWS: usize = 64;
+
+/// The most rows of a two-panel AVX-512 call (`avx512::tile_pair`) for an `m`-row problem
+/// with `packed_bytes` of weights; 0 for the other ISAs.
+///
+/// * 4 by default: four rows or fewer get two panels per call (16 accumulators where one
+///   panel gives 8). Measured on a Xeon, in-process A/B: 4x512x512 +19%, 3x256x1000
+///   +20-27%, 4x4096x1024 +7-11%.
+/// * 6 on Intel when the weights fit in L2 or `m >= PAIR6_MIN_ROWS`: every row tile is
+///   then at most 6 rows on two panels, which takes a third fewer load slots per FMA than
+///   the 8-row single-panel tile. In 10-50% of the rounds of the runs below, one core of
+///   this Xeon ran the 8-row kernel at about 110 GFLOPS instead of 160, its FMA probe
+///   unchanged (another tenant sharing the core's load ports, most likely); there the 6-row
+///   pairs keep 120-134. Measured in-process, this rule against 8-row tiles everywhere
+///   (150 rounds alternating between the two cores, outputs identical; a round is slow when
+///   its best result is under 85% of the 90th percentile of all rounds' best), fast rounds
+///   / slow rounds: 512x512x512 +1.7% / +14.9%, 256x512x2048 +2.3% / +13.2%,
+///   64x1024x1024 −0.4% / +13.7%, 128x2048x2048 −0.3% / +3.5%, 32x96x1536 −0.2% / +7.2%;
+///   16x1024x1024 and 4x512x512 (which the rule leaves alone) within ±0.8%. In those slow
+///   rounds gemm (timed in the same rounds) had led the 8-row kernel by 4.6% and 10.3% on
+///   256x512x2048 and 512x512x512; the rule puts keepalloc 7% and 3% ahead of it. Other
+///   shapes, pairs against 8 rows: 32x512x512 +0.8% / +12.0%, 16x512x512 +1.1% / +13.0%,
+///   12x512x512 +2.8% / +21.5%, 16x256x1024 −2.8% / +8.8%.
+/// * Below 64 rows with weights past L2, 8-row tiles stay: each block of weights comes from
+///   L3 and serves only a few row tiles, and fewer, taller tiles read it fewer times.
+///   Pairs measured 16x1024x1024 −10% / +3%, 32x1024x1024 −4.4% / +10%, 48x1024x1024
+///   −6.1% / +8.1%, 32x2048x2048 −4.6% / +5.3%.
+/// * Elsewhere (Zen 4) as tuned there: 4.
+fn pair_rows(isa: Isa, m: usize, packed_bytes: usize) -> usize {
+    pair_rows_on(isa, m, packed_bytes, cache::l2_bytes(), cache::is_intel())
+}
+
+/// [`pair_rows`] on a CPU with `l2` bytes of L2 per core (0: unknown), Intel or not.
+fn pair_rows_on(isa: Isa, m: usize, packed_bytes: usize, l2: usize, intel: bool) -> usize {
+    if isa != Isa::Avx512 {
+        0
+    } else if intel && l2 > 0 && (packed_bytes <= l2 || m >= PAIR6_MIN_ROWS) {
+        6
+    } else {
+        4
+    }
+}
+
 /// `(stream_below, nc)` for this CPU: the shape's own, except for AVX-512 on Intel, whose
 /// per-core L3 bandwidth is far below Zen 4's (about 26 GB/s on the Xeon this was tuned on,
 /// against 140 GB/s from L2): there every M > 1 problem runs in N blocks sized to half the
@@ -411,7 +461,8 @@ fn blocking(isa: Isa, s: &Shape, k: usize) -> (usize, usize) {
     }
     let kc = s.kc.min(k).max(1);
     let panel_block = kc * s.nr * size_of::<f32>();
-    (0, (l2 / 2 / panel_block).max(2))
+    // An even count, so that two-panel calls never leave one panel alone in a block.
+    (0, (l2 / 2 / panel_block).max(2) & !1)
 }
 
 /// The data caches, from CPUID (x86-64; elsewhere nothing is known).
@@ -500,7 +551,29 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
 
 #[cfg(test)]
 mod tests {
-    use super::row_tiles;
+    use super::{Isa, pair_rows_on, row_tiles};
+
+    #[test]
+    fn six_row_pairs_where_the_weights_stay_in_l2_or_enough_rows_share_them() {
+        let l2 = 2 << 20;
+        let pairs = |m, packed, l2, intel| pair_rows_on(Isa::Avx512, m, packed, l2, intel);
+        // Weights in L2: any batch (32x96x1536, 512x512x512).
+        assert_eq!(pairs(32, 96 * 1536 * 4, l2, true), 6);
+        assert_eq!(pairs(2, 1 << 20, l2, true), 6);
+        assert_eq!(pairs(512, l2, l2, true), 6);
+        // Past L2: 64 rows or more (64x1024x1024, 128x2048x2048), else the 8-row tiles.
+        assert_eq!(pairs(64, 4 << 20, l2, true), 6);
+        assert_eq!(pairs(128, 16 << 20, l2, true), 6);
+        assert_eq!(pairs(63, l2 + 1, l2, true), 4);
+        assert_eq!(pairs(16, 4 << 20, l2, true), 4);
+        // Not Intel, or an unknown L2: as before.
+        assert_eq!(pairs(512, 1 << 20, l2, false), 4);
+        assert_eq!(pairs(512, 1 << 20, 0, true), 4);
+        // The other ISAs have no two-panel kernel.
+        for isa in [Isa::Avx2, Isa::Neon, Isa::Scalar] {
+            assert_eq!(pair_rows_on(isa, 512, 1 << 20, l2, true), 0);
+        }
+    }
 
     #[test]
     fn row_tiles_cover_m_in_balanced_tiles() {
