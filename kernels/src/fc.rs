@@ -433,10 +433,6 @@ const MAX_TASKS: usize = 64;
 /// Rows below which a run is cut into at most one task per thread (see [`Grid::new`]).
 const STATIC_BELOW_ROWS: usize = 16;
 
-/// Largest K at which a layer whose weights fit in half the L2 is cut by rows first (see
-/// [`Grid::new_on`]).
-const ROWS_FIRST_MAX_K: usize = 128;
-
 /// Floating-point operations below which a whole run stays on the calling thread. Handing
 /// work to the pool and waiting for it costs about 1.3 µs a run on this machine (16×32×256,
 /// 262 Kflop: 1.8 µs on one thread, 3.1 µs on two), so a second thread only pays once half
@@ -512,44 +508,7 @@ impl Grid {
     /// direction flipped per task and a thread's next run started on cold weights. Measured
     /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256
     /// +10–15%, 1×1536×1536 +33%, 1×4096×4096 +4–5%.
-    ///
-    /// Layers with a short K (at most [`ROWS_FIRST_MAX_K`]) whose weights fit in half this
-    /// CPU's L2 break the tie between equal-work, equal-task cuts by the fewest panel chunks
-    /// instead (rows first; see [`Grid::new_on`]).
     pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
-        Grid::new_on(m, k, n, nr, mr, threads, gemm::l2_bytes())
-    }
-
-    /// [`Grid::new`] on a CPU with `l2` bytes of L2 per core (0: unknown).
-    ///
-    /// With K ≤ [`ROWS_FIRST_MAX_K`] and the `K × N` weights in at most half of `l2`, cuts
-    /// with the same work and task count are ranked by the fewest panel chunks, then by
-    /// reads. Cutting panels splits every output row between threads, and a short K gives
-    /// each output cache line only `2 × K × 16` flops (3 Kflop at K = 96, about 20 ns), so
-    /// the lines that two cores write side by side (and that a hardware prefetcher may pull
-    /// across the boundary: the likely cause, which this VM, without PMU counters, cannot
-    /// show) cost about what they compute; cutting rows instead costs each thread a read of
-    /// all the weights, which stay in its L2 when they fit in half of it.
-    /// Measured at two threads, in-process (120-200 rounds, each timing one thread on each
-    /// core, then the two cuts; outputs identical; rounds split by whether one core ran
-    /// slow), rows first (4×2 at 32 rows) against panels first (1×8), equal cores / one
-    /// slow: 32×96×1536 +9.3% / +4.2% (1.64× → 1.84× and 1.71× the mean core),
-    /// 128×96×1536 +11.5% / +5.5%, 32×128×1536 +5.7% / +3.1%. Where it does not apply it
-    /// lost: K = 192 to 512 (32×192×1536 +0.4% / −4.0%, 32×512×512 −2.4% / −1.7%,
-    /// 64×256×1024 −0.8% / −1.7%, 16×512×512 −4.7% / −5.1%), and weights past half the L2
-    /// (32×96×8192 −24% / −13%, 64×96×4096 −11% / −18%).
-    pub(crate) fn new_on(
-        m: usize,
-        k: usize,
-        n: usize,
-        nr: usize,
-        mr: usize,
-        threads: usize,
-        l2: usize,
-    ) -> Grid {
-        let rows_first = k <= ROWS_FIRST_MAX_K
-            && l2 > 0
-            && k.saturating_mul(n).saturating_mul(size_of::<f32>()) <= l2 / 2;
         let panels = n.div_ceil(nr);
         let units = if m == 1 { 1 } else { (m / mr).max(1) };
         let flops = m.saturating_mul(k).saturating_mul(n).saturating_mul(2);
@@ -573,7 +532,7 @@ impl Grid {
         if threads == 1 {
             return best;
         }
-        let mut best_key = (usize::MAX, core::cmp::Reverse(0), usize::MAX, usize::MAX);
+        let mut best_key = (usize::MAX, core::cmp::Reverse(0), usize::MAX);
         for mt in 1..=units.min(max_tasks) {
             for nt in 1..=panels.min(max_tasks / mt) {
                 let g = Grid { mt, nt, ..best };
@@ -581,12 +540,7 @@ impl Grid {
                 let work = tasks.div_ceil(threads) * g.max_rows() * panels.div_ceil(nt);
                 let reads = (mt.saturating_mul(k).saturating_mul(n))
                     .saturating_add(nt.saturating_mul(m).saturating_mul(k));
-                let key = (
-                    work,
-                    core::cmp::Reverse(tasks),
-                    if rows_first { nt } else { 0 },
-                    reads,
-                );
+                let key = (work, core::cmp::Reverse(tasks), reads);
                 if key < best_key {
                     best_key = key;
                     best = g;
@@ -680,11 +634,8 @@ mod tests {
         for &(mr, nr) in &[(8, 32), (6, 16), (4, 8)] {
             for m in [1, 2, 3, 7, 8, 9, 16, 17, 33, 64, 100, 512] {
                 for n in [1, 8, 31, 32, 33, 64, 100, 520, 2048] {
-                    for (threads, k, l2) in [1, 2, 3, 4, 8, 64, 1000]
-                        .into_iter()
-                        .flat_map(|t| [(t, 256, 0), (t, 96, 2 << 20)])
-                    {
-                        let g = Grid::new_on(m, k, n, nr, mr, threads, l2);
+                    for threads in [1, 2, 3, 4, 8, 64, 1000] {
+                        let g = Grid::new(m, 256, n, nr, mr, threads);
                         assert!(g.tasks() >= 1 && g.tasks() <= MAX_TASKS);
                         let panels = n.div_ceil(nr);
                         let mut seen = vec![0u8; m * panels];
@@ -709,31 +660,31 @@ mod tests {
     #[test]
     fn grids_use_every_thread_on_narrow_and_on_wide_layers() {
         // Tall and narrow (one panel): rows are cut.
-        let g = Grid::new_on(1024, 256, 32, 32, 8, 2, 0);
+        let g = Grid::new(1024, 256, 32, 32, 8, 2);
         assert!(g.nt == 1 && g.mt >= 2 && g.mt.is_multiple_of(2), "{g:?}");
         // Wide, few rows: panels are cut (each weight read once in all).
-        let g = Grid::new_on(16, 1024, 1024, 32, 8, 2, 0);
+        let g = Grid::new(16, 1024, 1024, 32, 8, 2);
         assert!(g.mt == 1 && g.nt >= 2 && g.nt.is_multiple_of(2), "{g:?}");
         // Batch 1: panels only, one chunk per thread (each thread keeps its weights).
         for threads in [2, 3, 4, 8] {
-            let g = Grid::new_on(1, 4096, 4096, 32, 8, threads, 0);
+            let g = Grid::new(1, 4096, 4096, 32, 8, threads);
             assert_eq!((g.mt, g.nt), (1, threads), "{g:?}");
         }
-        assert_eq!(Grid::new_on(1, 1024, 1024, 32, 8, 2, 0).tasks(), 2);
+        assert_eq!(Grid::new(1, 1024, 1024, 32, 8, 2).tasks(), 2);
         // Too small to be worth a second thread.
-        assert_eq!(Grid::new_on(1, 96, 64, 32, 8, 2, 0).tasks(), 1);
+        assert_eq!(Grid::new(1, 96, 64, 32, 8, 2).tasks(), 1);
     }
 
     #[test]
     fn runs_below_min_parallel_flops_stay_on_the_calling_thread() {
         // 262 Kflop and 131 Kflop: one task, whatever the thread count.
         for threads in [2, 4, 64] {
-            assert_eq!(Grid::new_on(16, 32, 256, 32, 8, threads, 0).tasks(), 1);
-            assert_eq!(Grid::new_on(1, 256, 256, 32, 8, threads, 0).tasks(), 1);
+            assert_eq!(Grid::new(16, 32, 256, 32, 8, threads).tasks(), 1);
+            assert_eq!(Grid::new(1, 256, 256, 32, 8, threads).tasks(), 1);
         }
         // 524 Kflop (the threshold) and 1 Mflop: cut.
-        assert!(Grid::new_on(16, 64, 256, 32, 8, 2, 0).tasks() > 1);
-        assert!(Grid::new_on(16, 64, 512, 32, 8, 2, 0).tasks() > 1);
+        assert!(Grid::new(16, 64, 256, 32, 8, 2).tasks() > 1);
+        assert!(Grid::new(16, 64, 512, 32, 8, 2).tasks() > 1);
     }
 
     /// The floats a cut reads in all: every row chunk all the weights, every panel chunk
@@ -743,55 +694,18 @@ mod tests {
     }
 
     #[test]
-    fn short_k_layers_whose_weights_fit_in_half_the_l2_are_cut_by_rows_first() {
-        let l2 = 2 << 20;
-        // 32x96x1536 (576 KiB of weights), two threads: eight tasks, four row chunks by two
-        // panel chunks, where panels first gives one row chunk by eight.
-        let g = Grid::new_on(32, 96, 1536, 32, 8, 2, l2);
-        assert_eq!((g.mt, g.nt), (4, 2), "{g:?}");
-        assert_eq!(Grid::new_on(128, 128, 1536, 32, 8, 2, l2).nt, 1);
-        // Not when K is longer, the weights pass half the L2, or the L2 is unknown.
-        for (m, k, n, l2) in [
-            (32, 192, 1536, l2),
-            (32, 96, 8192, l2),
-            (64, 96, 4096, l2),
-            (32, 96, 1536, 0),
-        ] {
-            assert_eq!(
-                Grid::new_on(m, k, n, 32, 8, 2, l2),
-                Grid::new_on(m, k, n, 32, 8, 2, 0),
-                "{m}x{k}x{n} l2={l2}"
-            );
-        }
-        // Rows first changes only the order among equal work and tasks.
-        for &(m, k, n) in &[
-            (32, 96, 1536),
-            (100, 64, 520),
-            (512, 128, 1024),
-            (17, 96, 96),
-        ] {
-            for threads in [2, 3, 4] {
-                let g = Grid::new_on(m, k, n, 32, 8, threads, l2);
-                let old = Grid::new_on(m, k, n, 32, 8, threads, 0);
-                assert_eq!(g.tasks(), old.tasks(), "{m}x{k}x{n} t={threads}");
-                assert!(g.nt <= old.nt, "{m}x{k}x{n} t={threads}: {g:?} {old:?}");
-            }
-        }
-    }
-
-    #[test]
     fn among_equal_work_cuts_the_most_tasks_then_the_fewest_reads_win() {
         // 512x512x512 at two threads: eight tasks, so that a faster core takes more of them
         // (two equal halves finish at the pace of the slower core); of the eight-task cuts,
         // two row chunks by four panel chunks read least (the weights twice, the input four
         // times).
-        let g = Grid::new_on(512, 512, 512, 32, 8, 2, 0);
+        let g = Grid::new(512, 512, 512, 32, 8, 2);
         assert_eq!((g.mt, g.nt), (2, 4), "{g:?}");
         // Fewer than STATIC_BELOW_ROWS rows: one chunk per thread, each thread's weights
         // staying in its own L2 run after run.
-        assert_eq!(Grid::new_on(4, 512, 512, 32, 8, 2, 0).tasks(), 2);
-        assert_eq!(Grid::new_on(15, 512, 512, 32, 8, 2, 0).tasks(), 2);
-        assert_eq!(Grid::new_on(16, 512, 512, 32, 8, 2, 0).tasks(), 8);
+        assert_eq!(Grid::new(4, 512, 512, 32, 8, 2).tasks(), 2);
+        assert_eq!(Grid::new(15, 512, 512, 32, 8, 2).tasks(), 2);
+        assert_eq!(Grid::new(16, 512, 512, 32, 8, 2).tasks(), 8);
         // Whatever the shape, no cut with the same slowest-thread work has more tasks, and
         // none with as many tasks reads less.
         for &(m, k, n) in &[
@@ -802,7 +716,7 @@ mod tests {
             (4, 512, 512),
         ] {
             for threads in [2, 3, 4] {
-                let g = Grid::new_on(m, k, n, 32, 8, threads, 0);
+                let g = Grid::new(m, k, n, 32, 8, threads);
                 let cap = if m < super::STATIC_BELOW_ROWS {
                     threads
                 } else {

@@ -197,11 +197,6 @@ unsafe impl Send for Problem {}
 // SAFETY: as above; `&Problem` only exposes the pointers to copy them.
 unsafe impl Sync for Problem {}
 
-/// Per-core L2 bytes, 0 when unknown (only Intel's is read).
-pub(crate) fn l2_bytes() -> usize {
-    cache::l2_bytes()
-}
-
 /// Balanced row tiles: as few tiles as MR allows, sizes differing by at most one.
 pub(crate) fn row_tiles(m: usize, mr: usize) -> impl Iterator<Item = (usize, usize)> {
     let tiles = m.div_ceil(mr);
