@@ -597,8 +597,9 @@ impl Threads {
         if rc != 0 {
             return Err(KernelError::ThreadSpawn { code: rc });
         }
-        // SAFETY: pthread_create succeeded, so it wrote the id; the block has room for one id
-        // per worker, and at most that many are started.
+        // pthread_create succeeded, so it wrote the id; the block has room for one id per
+        // worker, and at most that many are started.
+        // SAFETY: an initialized id, written in bounds.
         unsafe { self.ids.add(self.len).write(id.assume_init()) };
         self.len += 1;
         Ok(())
