@@ -334,45 +334,57 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     let mut nc0 = panels.start;
     while nc0 < panels.end {
         let nc1 = nc0.saturating_add(nc).min(panels.end);
+        let (paired_end, lone) = lone_panel(nc0..nc1, pair_rows);
         let mut k0 = 0;
         while k0 < p.k {
             let kc = s.kc.min(p.k - k0);
-            for (m0, mr) in row_tiles(p.m, tile_rows) {
+            // The tile of panel `panel` (in range: then the panel and its NR, possibly fewer
+            // valid, output columns are in bounds) for rows from `m0` on, reading A at `a`,
+            // and this K block.
+            let tile_of = |panel: usize, m0: usize, a: *const f32| {
+                let base = p.packed.wrapping_add(panel * panel_len);
+                Tile {
+                    kc,
+                    a,
+                    b: base.wrapping_add(s.nr + k0 * s.nr),
+                    bias: if k0 == 0 { base } else { core::ptr::null() },
+                    c: p.c.wrapping_add(m0 * p.ldc + panel * s.nr),
+                    nvalid: s.nr.min(p.n - panel * s.nr),
+                    clamp: k0 + kc == p.k,
+                    ..proto
+                }
+            };
+            // Rows m0..m0+mr of A at K offset k0, packed when the ISA reads A packed.
+            let a_of = |m0: usize, mr: usize| {
                 // SAFETY: rows m0..m0+mr and columns k0..k0+kc of A are in bounds.
                 let src = unsafe { p.a.add(m0 * p.lda + k0) };
-                let a = if s.a_in_place {
+                if s.a_in_place {
                     src
                 } else {
                     // SAFETY: as above; the stack buffer holds MR * KC >= mr * kc floats.
                     unsafe { pack_a(abuf, src, p.lda, mr, kc) };
                     abuf.cast_const()
-                };
-                // The tile of panel `panel` (in range: then the panel and its NR, possibly
-                // fewer valid, output columns are in bounds) for these rows and this K block.
-                let tile_of = |panel: usize| {
-                    let base = p.packed.wrapping_add(panel * panel_len);
-                    Tile {
-                        kc,
-                        a,
-                        b: base.wrapping_add(s.nr + k0 * s.nr),
-                        bias: if k0 == 0 { base } else { core::ptr::null() },
-                        c: p.c.wrapping_add(m0 * p.ldc + panel * s.nr),
-                        nvalid: s.nr.min(p.n - panel * s.nr),
-                        clamp: k0 + kc == p.k,
-                        ..proto
-                    }
-                };
+                }
+            };
+            for (m0, mr) in row_tiles(p.m, tile_rows) {
+                let a = a_of(m0, mr);
                 let mut panel = nc0;
-                while panel < nc1 {
+                while panel < paired_end {
                     // Up to `pair_rows` rows: two panels per call on AVX-512 (see
                     // `pair_rows`). The same FMAs in the same order for every output: results
                     // do not change. Pairs never prefetch the next tile into L2: measured on
                     // 64x1024x1024 and 128x2048x2048, the same or 1-4% slower with it.
                     #[cfg(target_arch = "x86_64")]
-                    if p.isa == Isa::Avx512 && mr <= pair_rows && panel + 1 < nc1 {
+                    if p.isa == Isa::Avx512 && mr <= pair_rows && panel + 1 < paired_end {
                         // Both tiles are in bounds (above) and share A, K and C's stride.
                         // SAFETY: in-bounds tiles; the ISA is supported (caller).
-                        unsafe { avx512::tile_pair(mr, &tile_of(panel), &tile_of(panel + 1)) };
+                        unsafe {
+                            avx512::tile_pair(
+                                mr,
+                                &tile_of(panel, m0, a),
+                                &tile_of(panel + 1, m0, a),
+                            )
+                        };
                         panel += 2;
                         continue;
                     }
@@ -389,7 +401,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     };
                     let t = Tile {
                         pf_off,
-                        ..tile_of(panel)
+                        ..tile_of(panel, m0, a)
                     };
                     // The tile covers rows m0..m0+mr of an in-range panel.
                     // SAFETY: an in-bounds tile; the ISA is supported (caller).
@@ -397,9 +409,37 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     panel += 1;
                 }
             }
+            if let Some(panel) = lone {
+                for (m0, mr) in row_tiles(p.m, s.mr) {
+                    let t = tile_of(panel, m0, a_of(m0, mr));
+                    // The tile covers rows m0..m0+mr of an in-range panel.
+                    // SAFETY: an in-bounds tile; the ISA is supported (caller).
+                    unsafe { tile(p.isa, mr, &t) };
+                }
+            }
             k0 += kc;
         }
         nc0 = nc1;
+    }
+}
+
+/// Where the row tiles of N block `block` stop (the rest of the block, one panel at most,
+/// runs alone in MR-row tiles) and that lone panel, for a problem whose two-panel calls take
+/// up to `pair_rows` rows.
+///
+/// With 6-row pairs every row tile is 6 rows or fewer, so a panel left over by an odd block
+/// would run in single-panel tiles of 5 or 6 rows: 0.83 load slots per FMA (with the L1
+/// prefetches), the most of any tile. It runs in 8-row tiles instead (0.75), after the
+/// pairs of each K block. Results do not change (each output sees the same FMAs in the same
+/// order). Measured on the Xeon, one thread, in-process A/B as for [`pair_rows`] (200
+/// rounds, outputs identical), fast rounds / slow rounds: 32x1536x96 (MxKxN, three panels)
+/// +1.7% / +3.2%, 16x1536x96 +1.7% / +2.6%, 64x768x160 +0.7% / +1.5%.
+fn lone_panel(block: Range<usize>, pair_rows: usize) -> (usize, Option<usize>) {
+    if pair_rows > 4 {
+        let end = block.start + ((block.end - block.start) & !1);
+        (end, (end < block.end).then_some(end))
+    } else {
+        (block.end, None)
     }
 }
 
@@ -415,8 +455,9 @@ const PAIR6_MIN_ROWS: usize = 64;
 ///   panel gives 8). Measured on a Xeon, in-process A/B: 4x512x512 +19%, 3x256x1000
 ///   +20-27%, 4x4096x1024 +7-11%.
 /// * 6 on Intel when the weights fit in L2 or `m >= PAIR6_MIN_ROWS`: every row tile is
-///   then at most 6 rows on two panels, which takes a third fewer load slots per FMA than
-///   the 8-row single-panel tile. In 10-50% of the rounds of the runs below, one core of
+///   then at most 6 rows on two panels (an odd panel left in an N block runs alone in
+///   8-row tiles: [`lone_panel`]), which takes a third fewer load slots per FMA than the
+///   8-row single-panel tile. In 10-50% of the rounds of the runs below, one core of
 ///   this Xeon ran the 8-row kernel at about 110 GFLOPS instead of 160, its FMA probe
 ///   unchanged (another tenant sharing the core's load ports, most likely); there the 6-row
 ///   pairs keep 120-134. Measured in-process, this rule against 8-row tiles everywhere
@@ -551,7 +592,7 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{Isa, pair_rows_on, row_tiles};
+    use super::{Isa, lone_panel, pair_rows_on, row_tiles};
 
     #[test]
     fn six_row_pairs_where_the_weights_stay_in_l2_or_enough_rows_share_them() {
@@ -573,6 +614,17 @@ mod tests {
         for isa in [Isa::Avx2, Isa::Neon, Isa::Scalar] {
             assert_eq!(pair_rows_on(isa, 512, 1 << 20, l2, true), 0);
         }
+    }
+
+    #[test]
+    fn an_odd_panel_runs_alone_only_beside_six_row_pairs() {
+        // 6-row pairs: the pairs stop at an even count, the odd panel runs alone.
+        assert_eq!(lone_panel(0..3, 6), (2, Some(2)));
+        assert_eq!(lone_panel(4..5, 6), (4, Some(4)));
+        assert_eq!(lone_panel(2..6, 6), (6, None));
+        // 4-row pairs (and no pairs): every panel stays in the row-tile loop, as before.
+        assert_eq!(lone_panel(0..3, 4), (3, None));
+        assert_eq!(lone_panel(0..3, 0), (3, None));
     }
 
     #[test]
