@@ -23,6 +23,7 @@ use keepalloc_kernels::{
     FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
 
+use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
 use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
 use crate::{Measured, paired_ratio};
@@ -52,10 +53,10 @@ struct Data {
     m: usize,
     k: usize,
     n: usize,
-    /// m × k f32 (plus XNN_EXTRA_BYTES).
-    x: Vec<f32>,
-    /// m × k bf16 (plus slack).
-    xb: Vec<u16>,
+    /// m × k f32 (plus XNN_EXTRA_BYTES), 64-byte aligned as a runtime's tensors are.
+    x: Aligned<f32>,
+    /// m × k bf16 (plus slack), 64-byte aligned.
+    xb: Aligned<u16>,
     /// n × k.
     wb: Vec<u16>,
     /// n × k.
@@ -76,7 +77,8 @@ impl Data {
         let mut unit = || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
         let mut x: Vec<f32> = (0..m * k).map(|_| unit()).collect();
         x.extend([0.0; 16]);
-        let xb = x.iter().map(|&v| bf16_from_f32(v)).collect();
+        let xb = Aligned::copied(&x.iter().map(|&v| bf16_from_f32(v)).collect::<Vec<u16>>());
+        let x = Aligned::copied(&x);
         let wb = (0..n * k).map(|_| bf16_from_f32(unit())).collect();
         let w8 = (0..n * k).map(|_| (unit() * 127.0) as i8).collect();
         let scales = (0..n).map(|_| (unit().abs() + 0.01) / 128.0).collect();
@@ -335,7 +337,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 libs.push(Lib::XnnpackSubgraph);
             }
             let flops = 2.0 * (m * k * n) as f64;
-            let mut out = vec![f32::NAN; m * n];
+            let mut out = Aligned::filled(m * n, f32::NAN);
             let mut runners: Vec<(Lib, Result<Runner<'_>, String>)> = libs
                 .iter()
                 .map(|&lib| (lib, runner(kind, lib, &d, xnn)))

@@ -527,7 +527,7 @@ fn run_f32(o: &Options) -> ExitCode {
         let d = Data::new(m, k, n);
         let reference = d.reference();
         let flops = 2.0 * (m * k * n) as f64;
-        let mut out = vec![f32::NAN; m * n];
+        let mut out = peers::Aligned::filled(m * n, f32::NAN);
         let mut runners: Vec<(Lib, Result<peers::Runner<'_>, String>)> = o
             .libs
             .iter()

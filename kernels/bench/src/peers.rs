@@ -5,13 +5,67 @@
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
 
+/// A buffer of `len` values whose first one is 64-byte aligned: how a runtime hands tensors
+/// to its kernels (ONNX Runtime's CPU allocator aligns to MLAS's preferred buffer alignment,
+/// 64 bytes on x86-64; TensorFlow Lite's arena to `kDefaultTensorAlignment`, 64). A plain
+/// `Vec<f32>` of more than 128 KiB comes from glibc's `mmap` at 16 bytes past a page, so
+/// each 64-byte store of a kernel would straddle two cache lines, and two threads writing
+/// neighbouring columns of a row would share the line between them. Every library timed
+/// gets the same buffers.
+pub struct Aligned<T> {
+    buf: Vec<T>,
+    start: usize,
+    len: usize,
+}
+
+impl<T: Copy> Aligned<T> {
+    /// `len` copies of `value`.
+    pub fn filled(len: usize, value: T) -> Aligned<T> {
+        let size = size_of::<T>().max(1);
+        assert!(64 % size == 0, "an element size that divides 64");
+        let buf = vec![value; len + 64 / size];
+        let start = (64 - buf.as_ptr() as usize % 64) % 64 / size;
+        Aligned { buf, start, len }
+    }
+
+    /// A copy of `values`.
+    pub fn copied(values: &[T]) -> Aligned<T> {
+        let mut a = match values.first() {
+            Some(&v) => Aligned::filled(values.len(), v),
+            None => {
+                return Aligned {
+                    buf: Vec::new(),
+                    start: 0,
+                    len: 0,
+                };
+            }
+        };
+        a.copy_from_slice(values);
+        a
+    }
+}
+
+impl<T> core::ops::Deref for Aligned<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl<T> core::ops::DerefMut for Aligned<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
 /// One shape's data.
 pub struct Data {
     pub m: usize,
     pub k: usize,
     pub n: usize,
-    /// `m × k`, plus 16 floats of slack (XNNPACK may read `XNN_EXTRA_BYTES` past the end).
-    pub x: Vec<f32>,
+    /// `m × k`, plus 16 floats of slack (XNNPACK may read `XNN_EXTRA_BYTES` past the end);
+    /// 64-byte aligned, as a runtime's tensors are.
+    pub x: Aligned<f32>,
     /// `[N][K]`, XNNPACK's default layout.
     pub w: Vec<f32>,
     /// `[K][N]`, pre-transposed for matrixmultiply, gemm and OpenBLAS sgemm.
@@ -30,6 +84,7 @@ impl Data {
         };
         let mut x: Vec<f32> = (0..m * k).map(|_| next()).collect();
         x.extend([0.0; 16]);
+        let x = Aligned::copied(&x);
         let w: Vec<f32> = (0..n * k).map(|_| next()).collect();
         let mut wt = vec![0.0; k * n];
         for i in 0..n {
@@ -450,5 +505,31 @@ pub(crate) mod openblas {
 
     pub fn better_core() -> Option<&'static str> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Aligned;
+
+    #[test]
+    fn aligned_buffers_start_on_a_cache_line_and_hold_what_was_put_in() {
+        // Small (from malloc's bins) and large (from mmap, 16 bytes past a page) buffers.
+        for len in [0, 1, 17, 4096, 1 << 20] {
+            let a = Aligned::filled(len, 1.5f32);
+            assert_eq!(a.len(), len);
+            assert_eq!(a.as_ptr() as usize % 64, 0, "len {len}");
+            assert!(a.iter().all(|&v| v == 1.5));
+            let values: Vec<u16> = (0..len).map(|i| i as u16).collect();
+            let b = Aligned::copied(&values);
+            assert_eq!(&b[..], &values[..]);
+            assert!(
+                len == 0 || (b.as_ptr() as usize).is_multiple_of(64),
+                "len {len}"
+            );
+        }
+        let mut c = Aligned::filled(100, 0.0f32);
+        c[99] = 2.0;
+        assert_eq!(c.iter().sum::<f32>(), 2.0);
     }
 }

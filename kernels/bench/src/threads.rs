@@ -25,7 +25,7 @@ use std::time::Duration;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
-use crate::peers::{Data, Runner};
+use crate::peers::{Aligned, Data, Runner};
 use crate::{Measured, Paired, check, paired_ratio};
 
 /// A column of the table.
@@ -232,7 +232,7 @@ pub fn run(
         let d = Data::new(m, k, n);
         let reference = d.reference();
         let flops = 2.0 * (m * k * n) as f64;
-        let mut out = vec![f32::NAN; m * n];
+        let mut out = Aligned::filled(m * n, f32::NAN);
         let mut runners: Vec<(Peer, Result<Runner<'_>, String>)> = peers
             .iter()
             .map(|&p| (p, runner(p, &d, &pools, threads)))
