@@ -18,11 +18,14 @@ pub struct Aligned<T> {
     len: usize,
 }
 
-impl<T: Copy> Aligned<T> {
+impl<T: Copy + Default> Aligned<T> {
     /// `len` copies of `value`.
     pub fn filled(len: usize, value: T) -> Aligned<T> {
-        let size = size_of::<T>().max(1);
-        assert!(64 % size == 0, "an element size that divides 64");
+        let size = size_of::<T>();
+        assert!(
+            size > 0 && 64 % size == 0,
+            "an element size that divides 64"
+        );
         let buf = vec![value; len + 64 / size];
         let start = (64 - buf.as_ptr() as usize % 64) % 64 / size;
         Aligned { buf, start, len }
@@ -30,16 +33,7 @@ impl<T: Copy> Aligned<T> {
 
     /// A copy of `values`.
     pub fn copied(values: &[T]) -> Aligned<T> {
-        let mut a = match values.first() {
-            Some(&v) => Aligned::filled(values.len(), v),
-            None => {
-                return Aligned {
-                    buf: Vec::new(),
-                    start: 0,
-                    len: 0,
-                };
-            }
-        };
+        let mut a = Aligned::filled(values.len(), T::default());
         a.copy_from_slice(values);
         a
     }
@@ -523,10 +517,7 @@ mod tests {
             let values: Vec<u16> = (0..len).map(|i| i as u16).collect();
             let b = Aligned::copied(&values);
             assert_eq!(&b[..], &values[..]);
-            assert!(
-                len == 0 || (b.as_ptr() as usize).is_multiple_of(64),
-                "len {len}"
-            );
+            assert_eq!(b.as_ptr() as usize % 64, 0, "len {len}");
         }
         let mut c = Aligned::filled(100, 0.0f32);
         c[99] = 2.0;
