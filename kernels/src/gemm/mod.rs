@@ -428,12 +428,16 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
 /// up to `pair_rows` rows.
 ///
 /// With 6-row pairs every row tile is 6 rows or fewer, so a panel left over by an odd block
-/// would run in single-panel tiles of 5 or 6 rows: 0.83 load slots per FMA (with the L1
-/// prefetches), the most of any tile. It runs in 8-row tiles instead (0.75), after the
-/// pairs of each K block. Results do not change (each output sees the same FMAs in the same
-/// order). Measured on the Xeon, one thread, in-process A/B as for [`pair_rows`] (200
-/// rounds, outputs identical), fast rounds / slow rounds: 32x1536x96 (MxKxN, three panels)
-/// +1.7% / +3.2%, 16x1536x96 +1.7% / +2.6%, 64x768x160 +0.7% / +1.5%.
+/// would run in single-panel tiles of 5 or 6 rows: 0.83-0.9 load slots per FMA (the
+/// broadcasts, two weight loads and two L1 prefetches per k step), the most of any tile. It
+/// runs in 8-row tiles instead (0.75), after the pairs of each K block. Results do not
+/// change (each output sees the same FMAs in the same order). Measured on the Xeon, one
+/// thread, in-process A/B as for [`pair_rows`] (throwaway code switching the rule at run
+/// time; 200 rounds, outputs identical), fast rounds / slow rounds: 32x1536x96 (MxKxN, three
+/// panels) +1.7% / +3.2%, 16x1536x96 +1.7% / +2.6%, 64x768x160 +0.7% / +1.5%. Through the
+/// bench, binaries before and after alternating (`cargo xtask bench --libs keepalloc,gemm
+/// --shapes 32x1536x96,16x1536x96,64x768x160 --quick`, five runs each), keepalloc/gemm
+/// medians 1.21x -> 1.33x, 1.21x -> 1.22x, 1.19x -> 1.22x.
 fn lone_panel(block: Range<usize>, pair_rows: usize) -> (usize, Option<usize>) {
     if pair_rows > 4 {
         let end = block.start + ((block.end - block.start) & !1);
