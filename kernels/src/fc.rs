@@ -430,6 +430,10 @@ impl FullyConnected {
 /// Most tasks one run is cut into (the mask of claimed tasks is one `u64`).
 const MAX_TASKS: usize = 64;
 
+/// Most tasks per thread a run of [`STATIC_BELOW_ROWS`] rows or more is cut into (see
+/// [`Grid::new`]).
+const TASKS_PER_THREAD: usize = 12;
+
 /// Rows below which a run is cut into at most one task per thread (see [`Grid::new`]).
 const STATIC_BELOW_ROWS: usize = 16;
 
@@ -470,8 +474,9 @@ pub(crate) struct Grid {
 }
 
 impl Grid {
-    /// The cut for `threads` threads: among the cuts into at most `4 × threads` (and
-    /// [`MAX_TASKS`]) tasks of at least [`MIN_TASK_FLOPS`] each, the one whose slowest
+    /// The cut for `threads` threads: among the cuts into at most [`TASKS_PER_THREAD`] ×
+    /// `threads` (and [`MAX_TASKS`]) tasks of at least [`MIN_TASK_FLOPS`] each, the one
+    /// whose slowest
     /// thread has the least work (tasks claimed in turn, `ceil(tasks / threads)` rounds of
     /// the largest task); ties go to more tasks, then to the cut that reads the fewest
     /// floats in all (every row chunk reads all `K × N` weights, every panel chunk all
@@ -491,8 +496,25 @@ impl Grid {
     /// 256×512×2048 +33%, 128×2048×2048 +16%, 512×512×512 +13%, 16×1024×1024 +12%,
     /// 64×1024×1024 +11%, 32×96×1536 +9%; in the three others, −2.5% to +11.2% (twelve
     /// figures, seven of them within ±2.5%). The tie-break before this one (fewest reads
-    /// first) had measured two tasks ahead by 0–7.6% in the session it was made. Eight
-    /// tasks per thread instead of four: 0.97–1.01×.
+    /// first) had measured two tasks ahead by 0–7.6% in the session it was made.
+    ///
+    /// Twelve tasks per thread, since the pool delivers each claimed run of tasks as one
+    /// range (`Parallel::run_ranges`) and the operator computes the tasks of a range that
+    /// share a row chunk in one kernel call: the first claims of a job still take large
+    /// runs at the cost of one call each, and the last tasks are small enough that a
+    /// faster core is not left waiting for a large one. When tasks were one call each,
+    /// four per thread had measured even with eight and twelve (the per-call and per-claim
+    /// cost ate the better balance). Measured at two threads with throwaway code
+    /// (in-process, 1,500 rounds of the output_alignment example's protocol: the operator
+    /// on each core alone, then on the pool, outputs identical), 32×96×1536 against the
+    /// mean core, median of all rounds, four tasks per thread against twelve in one run:
+    /// 1.782× against 1.820×; in the rounds where the two cores alone read within 5% of each
+    /// other 1.857× against 1.828×, where they were 15–30% apart 1.697× against 1.819×.
+    /// Other counts, each against another in its own run: 8 per thread 1.761× (12: 1.783×),
+    /// 16 per thread 1.802× (12: 1.815×), 24 per thread 1.768× (4: 1.776×). The other M ≥ 16
+    /// shapes of the bench, four per thread against twelve, 400 rounds each: 16×1024×1024
+    /// 2.011× → 2.060×, 64×1024×1024 1.912× → 1.970×, 128×2048×2048 1.916× → 1.961×,
+    /// 256×512×2048 1.847× → 1.928×, 512×512×512 1.834× → 1.903×.
     ///
     /// Fewer than [`STATIC_BELOW_ROWS`] rows are cut into at most one task per thread
     /// instead: there a task computes less than it costs to fetch its weights from the
@@ -512,7 +534,11 @@ impl Grid {
         let panels = n.div_ceil(nr);
         let units = if m == 1 { 1 } else { (m / mr).max(1) };
         let flops = m.saturating_mul(k).saturating_mul(n).saturating_mul(2);
-        let per_thread = if m < STATIC_BELOW_ROWS { 1 } else { 4 };
+        let per_thread = if m < STATIC_BELOW_ROWS {
+            1
+        } else {
+            TASKS_PER_THREAD
+        };
         let max_tasks = if flops < MIN_PARALLEL_FLOPS {
             1
         } else {
@@ -590,12 +616,12 @@ fn run_parallel(problem: &Problem, pool: &dyn Parallel, threads: usize) -> Resul
     }
     // One bit per task: a task runs at most once even if the pool delivers it twice.
     let claimed = AtomicU64::new(0);
-    let task = |i: usize| {
-        let bit = 1u64 << i;
-        if i >= tasks || claimed.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            return;
-        }
-        let rows = grid.rows(i / grid.nt);
+    // Tasks `range` of one row chunk: one kernel call over the union of their panel chunks
+    // (consecutive tasks of a row chunk are consecutive panel chunks).
+    let chunk = |range: Range<usize>| {
+        let rows = grid.rows(range.start / grid.nt);
+        let panels =
+            grid.panels(range.start % grid.nt).start..grid.panels((range.end - 1) % grid.nt).end;
         let sub = Problem {
             m: rows.end - rows.start,
             // SAFETY: row `rows.start` < m is inside both checked buffers.
@@ -605,12 +631,36 @@ fn run_parallel(problem: &Problem, pool: &dyn Parallel, threads: usize) -> Resul
             ..*problem
         };
         // The chunks of `grid` are disjoint, so no two tasks write the same output element,
-        // and each task runs once (the mask); the buffers outlive `pool.run`, which returns
-        // only after every task has (the `Parallel` contract).
+        // and each task runs once (the mask); the buffers outlive `pool.run_ranges`, which
+        // returns only after every range has (the `Parallel` contract).
         // SAFETY: `sub` covers rows of the checked buffers; panels are in range.
-        unsafe { gemm::run(&sub, grid.panels(i % grid.nt)) };
+        unsafe { gemm::run(&sub, panels) };
     };
-    pool.run(tasks, &task);
+    let task = |range: Range<usize>| {
+        // Indices past the job (a wrong pool) are ignored, and so are tasks already run.
+        let (start, end) = (range.start, range.end.min(tasks));
+        if start >= end {
+            return;
+        }
+        let len = end - start;
+        let bits = (u64::MAX >> (64 - len)) << start;
+        let fresh = bits & !claimed.fetch_or(bits, Ordering::AcqRel);
+        // Each maximal run of fresh tasks within one row chunk is one call.
+        let mut i = start;
+        while i < end {
+            if fresh & (1u64 << i) == 0 {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < end && fresh & (1u64 << j) != 0 && j / grid.nt == i / grid.nt {
+                j += 1;
+            }
+            chunk(i..j);
+            i = j;
+        }
+    };
+    pool.run_ranges(tasks, &task);
     let ran = claimed.load(Ordering::Acquire).count_ones() as usize;
     if ran == tasks {
         Ok(())
@@ -695,17 +745,20 @@ mod tests {
 
     #[test]
     fn among_equal_work_cuts_the_most_tasks_then_the_fewest_reads_win() {
-        // 512x512x512 at two threads: eight tasks, so that a faster core takes more of them
-        // (two equal halves finish at the pace of the slower core); of the eight-task cuts,
-        // two row chunks by four panel chunks read least (the weights twice, the input four
-        // times).
+        // 512x512x512 at two threads: sixteen tasks (no cut into more gives the slowest
+        // thread less work), so that a faster core takes more of them (two equal halves
+        // finish at the pace of the slower core); of the sixteen-task cuts, four row chunks
+        // by four panel chunks read least (the weights and the input four times each).
         let g = Grid::new(512, 512, 512, 32, 8, 2);
-        assert_eq!((g.mt, g.nt), (2, 4), "{g:?}");
+        assert_eq!((g.mt, g.nt), (4, 4), "{g:?}");
+        // 32x96x1536: 48 panels, the most tasks allowed (24), in one row chunk.
+        let g = Grid::new(32, 96, 1536, 32, 8, 2);
+        assert_eq!((g.mt, g.nt), (1, 24), "{g:?}");
         // Fewer than STATIC_BELOW_ROWS rows: one chunk per thread, each thread's weights
         // staying in its own L2 run after run.
         assert_eq!(Grid::new(4, 512, 512, 32, 8, 2).tasks(), 2);
         assert_eq!(Grid::new(15, 512, 512, 32, 8, 2).tasks(), 2);
-        assert_eq!(Grid::new(16, 512, 512, 32, 8, 2).tasks(), 8);
+        assert_eq!(Grid::new(16, 512, 512, 32, 8, 2).tasks(), 16);
         // Whatever the shape, no cut with the same slowest-thread work has more tasks, and
         // none with as many tasks reads less.
         for &(m, k, n) in &[
@@ -720,7 +773,7 @@ mod tests {
                 let cap = if m < super::STATIC_BELOW_ROWS {
                     threads
                 } else {
-                    4 * threads
+                    super::TASKS_PER_THREAD * threads
                 };
                 let work = |c: &Grid| {
                     c.tasks().div_ceil(threads.min(c.tasks()))

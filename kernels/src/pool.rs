@@ -7,6 +7,7 @@
 use core::any::Any;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
+use core::ops::Range;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -25,9 +26,11 @@ use crate::init;
 /// Contract: `run(tasks, task)` calls `task(i)` once for every `i` in `0..tasks`, on any of
 /// its threads (the caller's included), and returns only after every call has returned.
 /// If a task panics, `run` must either panic too (after the other calls have returned) or
-/// abort; it must not return normally. The operators do not trust an implementation
-/// blindly: a task index delivered twice is ignored the second time and a run that returns
-/// with tasks missing is reported as [`KernelError::ParallelIncomplete`], so a wrong
+/// abort; it must not return normally. The operators call
+/// [`run_ranges`](Parallel::run_ranges), whose default goes through `run` one task at a
+/// time. They do not trust an implementation blindly: a task index delivered twice is
+/// ignored the second time, indices past the job are ignored, and a run that returns with
+/// tasks missing is reported as [`KernelError::ParallelIncomplete`], so a wrong
 /// implementation cannot cause a data race, only an error.
 pub trait Parallel: Sync {
     /// Threads that can run tasks at the same time (the caller's included); at least 1.
@@ -35,6 +38,18 @@ pub trait Parallel: Sync {
 
     /// Runs `task(0) .. task(tasks - 1)` and returns when all have returned.
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync));
+
+    /// Runs the tasks `0..tasks` as ranges of consecutive indices: `task(a..b)` runs tasks
+    /// `a` to `b - 1` on one thread, and the ranges a run delivers are non-empty and cover
+    /// `0..tasks` once. A pool that hands out several tasks at a time (as [`ThreadPool`]
+    /// does) delivers each such run as one range, so an operator can compute it in one
+    /// kernel call. The same contract as [`run`](Parallel::run) otherwise (panics; the
+    /// operators guard against a wrong implementation in the same way).
+    ///
+    /// The default delivers one task per range, through [`run`](Parallel::run).
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        self.run(tasks, &|i| task(i..i + 1));
+    }
 }
 
 /// Runs every task on the calling thread, in order: a pool of one.
@@ -49,6 +64,12 @@ impl Parallel for Sequential {
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
         for i in 0..tasks {
             task(i);
+        }
+    }
+
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        if tasks > 0 {
+            task(0..tasks);
         }
     }
 }
@@ -104,7 +125,7 @@ struct Shared {
     state: Padded<AtomicU64>,
     /// Tasks of the current job that have finished (or were skipped after a panic).
     done: Padded<AtomicUsize>,
-    /// The current job: the address of the caller's `&(dyn Fn(usize) + Sync)` (which lives
+    /// The current job: the address of the caller's `&(dyn Fn(Range<usize>) + Sync)` (which lives
     /// on the caller's stack for the whole run), and its task count.
     job: AtomicUsize,
     tasks: AtomicUsize,
@@ -169,8 +190,9 @@ impl Shared {
     /// (guided scheduling: a run is the unclaimed count divided by twice the thread count,
     /// at least one), so a job of many small tasks costs a few compare-and-swaps per thread
     /// instead of one per task, while the last tasks are still handed out one at a time to
-    /// whichever thread is free. Finished tasks are counted once per run.
-    fn work(&self, tag: u64, task: &(dyn Fn(usize) + Sync), tasks: usize, from_back: bool) {
+    /// whichever thread is free. Each run is one call of `task` (a range), and finished
+    /// tasks are counted once per run.
+    fn work(&self, tag: u64, task: &(dyn Fn(Range<usize>) + Sync), tasks: usize, from_back: bool) {
         let outer = IN_TASK.replace(self as *const Shared as usize);
         let _restore = Restore(outer);
         let share = 2 * (self.workers + 1);
@@ -194,37 +216,32 @@ impl Shared {
                 st = now;
                 continue;
             }
-            let mut finished = 0;
-            for j in first..first + run {
-                finished += 1;
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(j))) {
-                    // Skip the rest of this run and the tasks nobody claimed (all counted
-                    // as done); keep the first payload.
-                    finished += first + run - j - 1;
-                    let mut cur = self.state.0.load(Ordering::Relaxed);
-                    loop {
-                        let (f, b) = ends(cur);
-                        if cur >> 32 != tag || cur & CLOSED == CLOSED || f >= b {
+            let mut finished = run;
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(first..first + run))) {
+                // The rest of this run is skipped, and so are the tasks nobody claimed (all
+                // counted as done); keep the first payload.
+                let mut cur = self.state.0.load(Ordering::Relaxed);
+                loop {
+                    let (f, b) = ends(cur);
+                    if cur >> 32 != tag || cur & CLOSED == CLOSED || f >= b {
+                        break;
+                    }
+                    match self.state.0.compare_exchange_weak(
+                        cur,
+                        state_of(tag, b, b),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            finished += b - f;
                             break;
                         }
-                        match self.state.0.compare_exchange_weak(
-                            cur,
-                            state_of(tag, b, b),
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        ) {
-                            Ok(_) => {
-                                finished += b - f;
-                                break;
-                            }
-                            Err(now) => cur = now,
-                        }
+                        Err(now) => cur = now,
                     }
-                    let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-                    if slot.is_none() {
-                        *slot = Some(payload);
-                    }
-                    break;
+                }
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_none() {
+                    *slot = Some(payload);
                 }
             }
             if self.done.0.fetch_add(finished, Ordering::SeqCst) + finished == tasks
@@ -262,10 +279,11 @@ thread_local! {
 ///   on a condition variable (std's futex-based `Mutex`/`Condvar`, which allocate
 ///   nothing), so back-to-back runs wake them in well under a microsecond and an idle pool
 ///   costs no CPU. Tasks are claimed in runs of consecutive indices with a compare-and-swap
-///   (guided: runs shrink to one task as the job drains), the caller from the front of the
-///   job and the workers from its back (so each thread gets the same share run after run,
-///   and finds its weights in its own cache), and the caller
-///   waits only for tasks that were claimed, never for a worker that took none: a worker
+///   (guided: runs shrink to one task as the job drains; [`Parallel::run_ranges`] receives
+///   each run as one range, so an operator computes it in one call), the caller from the
+///   front of the job and the workers from its back (so each thread gets the same share run
+///   after run, and finds its weights in its own cache), and the caller waits only for
+///   tasks that were claimed, never for a worker that took none: a worker
 ///   descheduled before it claims (a busy machine) costs the run nothing, the caller takes
 ///   its tasks; one descheduled in the middle of its run of tasks delays the run by what is
 ///   left of that run (at most the unclaimed count over twice the thread count).
@@ -398,14 +416,22 @@ impl Parallel for ThreadPool {
     }
 
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.run_ranges(tasks, &|r: Range<usize>| {
+            for i in r {
+                task(i);
+            }
+        });
+    }
+
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
         let s = self.shared();
         let me = self.shared.as_ptr() as usize;
         if tasks <= 1 || s.workers == 0 || IN_TASK.get() == me {
             // One task, no workers, or a nested run from one of our own tasks: inline.
             let outer = IN_TASK.replace(me);
             let _restore = Restore(outer);
-            for i in 0..tasks {
-                task(i);
+            if tasks > 0 {
+                task(0..tasks);
             }
             return;
         }
@@ -414,14 +440,14 @@ impl Parallel for ThreadPool {
         while start < tasks {
             // Rounds of at most MAX_ROUND tasks (the claim indices are 16 bits).
             let round = (tasks - start).min(MAX_ROUND);
-            let shifted = |i: usize| task(start + i);
-            let job: &(dyn Fn(usize) + Sync) = &shifted;
+            let shifted = |r: Range<usize>| task(start + r.start..start + r.end);
+            let job: &(dyn Fn(Range<usize>) + Sync) = &shifted;
             // The state is closed (by the previous run, or since creation), so no thread can
             // claim a task while the job is written; a worker reading it now is told apart by
             // the tag (see `Shared`).
             let tag = ((s.state.0.load(Ordering::Relaxed) >> 32) + 1) & CLOSED;
             s.job.store(
-                &job as *const &(dyn Fn(usize) + Sync) as usize,
+                &job as *const &(dyn Fn(Range<usize>) + Sync) as usize,
                 Ordering::Relaxed,
             );
             s.tasks.store(round, Ordering::Relaxed);
@@ -540,10 +566,10 @@ fn worker(s: &Shared) {
         // `job` is the address of the caller's `&dyn Fn` for tag `seen`; `work` dereferences
         // it only after claiming a task of that tag, which proves the caller is still inside
         // `run` waiting for that task (see `Shared`).
-        let task = |i: usize| {
+        let task = |r: Range<usize>| {
             // SAFETY: reached only through a successful claim of tag `seen` (see above).
-            let f = unsafe { *(job as *const &(dyn Fn(usize) + Sync)) };
-            f(i)
+            let f = unsafe { *(job as *const &(dyn Fn(Range<usize>) + Sync)) };
+            f(r)
         };
         s.work(seen, &task, tasks, true);
     }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -45,6 +46,85 @@ fn every_task_runs_exactly_once() {
     // More tasks than one round hands out (65,534): several rounds, each task once.
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
     assert!(counts(&pool, 200_000).iter().all(|&c| c == 1));
+}
+
+/// Runs `tasks` tasks through `run_ranges`: how often each index was delivered, and the
+/// longest range (every range is checked to be non-empty and inside the job).
+fn range_counts(pool: &dyn Parallel, tasks: usize) -> (Vec<usize>, usize) {
+    let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+    let longest = AtomicUsize::new(0);
+    pool.run_ranges(tasks, &|r: Range<usize>| {
+        assert!(r.start < r.end && r.end <= tasks, "{r:?} of {tasks}");
+        longest.fetch_max(r.len(), Ordering::Relaxed);
+        for i in r {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    (
+        hits.into_iter().map(AtomicUsize::into_inner).collect(),
+        longest.into_inner(),
+    )
+}
+
+/// A runtime's pool that implements only `run` (one task at a time on the caller).
+struct RunOnly;
+
+impl Parallel for RunOnly {
+    fn threads(&self) -> usize {
+        2
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks).for_each(task);
+    }
+}
+
+#[test]
+fn ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs() {
+    for threads in [1, 2, 3, 8] {
+        let pool = ThreadPool::with_table(&TABLE, threads).unwrap();
+        for tasks in [0, 1, 2, 3, 7, 24, 64, 1000] {
+            for _ in 0..20 {
+                let (hits, longest) = range_counts(&pool, tasks);
+                assert!(
+                    hits.iter().all(|&c| c == 1),
+                    "{threads} threads, {tasks} tasks"
+                );
+                // The first claim of a job takes tasks / (2 · threads) of them at once (or
+                // the whole job runs inline on the caller).
+                if tasks >= 4 * threads {
+                    assert!(
+                        longest > 1,
+                        "{threads} threads, {tasks} tasks: single tasks"
+                    );
+                }
+            }
+        }
+    }
+    // More tasks than one round hands out: several rounds, each task once.
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    assert!(range_counts(&pool, 200_000).0.iter().all(|&c| c == 1));
+    // Sequential: the whole job in one range; the trait's default: one task per range.
+    assert_eq!(range_counts(&Sequential, 9), (vec![1; 9], 9));
+    assert_eq!(range_counts(&RunOnly, 9), (vec![1; 9], 1));
+    assert_eq!(range_counts(&Sequential, 0), (vec![], 0));
+}
+
+#[test]
+fn a_panicking_range_propagates_and_the_pool_survives() {
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    for _ in 0..50 {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_ranges(64, &|r: Range<usize>| {
+                if r.contains(&40) {
+                    panic!("range {r:?}");
+                }
+            })
+        }));
+        let msg = r.expect_err("the panic is resumed on the caller");
+        assert!(msg.downcast_ref::<String>().unwrap().starts_with("range "));
+        assert!(range_counts(&pool, 64).0.iter().all(|&c| c == 1));
+    }
 }
 
 #[test]
@@ -212,6 +292,53 @@ impl Parallel for Twice {
     }
 }
 
+/// Hands out overlapping, repeated, empty, reversed and out-of-range ranges, from two
+/// threads at once: the whole job and past it on one, every pair of neighbours on the other.
+struct Overlaps;
+
+impl Parallel for Overlaps {
+    fn threads(&self) -> usize {
+        2
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks).for_each(task);
+    }
+
+    #[allow(clippy::reversed_empty_ranges)]
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                task(0..tasks + 3);
+                task(tasks..tasks + 5);
+            });
+            for i in 0..tasks {
+                task(i..i + 2);
+                task(i + 1..i);
+            }
+        });
+    }
+}
+
+/// Forgets the last task of its ranges (one range per task but the last).
+struct SkipsRanges;
+
+impl Parallel for SkipsRanges {
+    fn threads(&self) -> usize {
+        4
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks).for_each(task);
+    }
+
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        for i in 0..tasks.saturating_sub(1) {
+            task(i..i + 1);
+        }
+    }
+}
+
 /// Forgets the last task.
 struct Skips;
 
@@ -295,6 +422,8 @@ fn threads_are_bit_identical_to_one_thread_over_shapes() {
         ),
         ("runtime(3)".into(), Box::new(RuntimePool(3))),
         ("twice".into(), Box::new(Twice)),
+        ("overlaps".into(), Box::new(Overlaps)),
+        ("run only".into(), Box::new(RunOnly)),
         ("sequential".into(), Box::new(Sequential)),
     ];
     let mut rng = Rng::new(11);
@@ -328,10 +457,12 @@ fn a_pool_that_skips_tasks_is_an_error_not_a_wrong_answer() {
     let (m, k, n) = (64, 256, 512);
     let case = Case::random(&mut rng, m, k, n);
     let op = FullyConnected::create_with_table(&TABLE, &case.desc()).unwrap();
-    let mut out = case.output();
-    match op.run_in(&Skips, m, &case.input, &mut out) {
-        Err(KernelError::ParallelIncomplete { ran, tasks }) => assert_eq!(ran + 1, tasks),
-        other => panic!("expected ParallelIncomplete, got {other:?}"),
+    for pool in [&Skips as &dyn Parallel, &SkipsRanges] {
+        let mut out = case.output();
+        match op.run_in(pool, m, &case.input, &mut out) {
+            Err(KernelError::ParallelIncomplete { ran, tasks }) => assert_eq!(ran + 1, tasks),
+            other => panic!("expected ParallelIncomplete, got {other:?}"),
+        }
     }
 }
 
