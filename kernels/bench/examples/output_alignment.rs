@@ -10,8 +10,9 @@
 //! glibc's `mmap` puts a large `Vec`), then on one thread pinned to the second CPU; the
 //! two-thread variants swap places every round and the pinned CPUs every other round. Each
 //! two-thread figure is divided by the mean of the round's two one-thread figures, and the
-//! median of those ratios is printed. Every output is checked bit for bit against the first
-//! one-thread run. Needs two CPUs.
+//! median of those ratios is printed, then the aligned one again over the rounds grouped by
+//! how far apart the two one-thread figures were (within 5%, 5–15%, 15–30%, more). Every
+//! output is checked bit for bit against the first one-thread run. Needs two CPUs.
 
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,8 @@ fn main() {
     let flops = 2.0 * (m * k * n) as f64;
     let mut reference: Option<Vec<f32>> = None;
     let mut ratios = [Vec::new(), Vec::new()];
+    // (how far apart the two cores read alone, the aligned run's ratio) per round.
+    let mut balance = Vec::new();
     for round in 0..args.rounds {
         let first = round % 2;
         let mut one = [0.0; 2];
@@ -144,6 +147,7 @@ fn main() {
             }
         }
         let mean_core = (one[0] + one[1]) / 2.0;
+        balance.push(((one[0] - one[1]).abs() / mean_core, two[0] / mean_core));
         for (r, t) in ratios.iter_mut().zip(two) {
             r.push(t / mean_core);
         }
@@ -156,4 +160,25 @@ fn main() {
         median(aligned),
         median(past)
     );
+    // The aligned figure by how far apart the two cores read alone in the same round (the
+    // cores of a shared host are often not equally fast; the pool balances within a run).
+    for (label, lo, hi) in [
+        ("within 5%", 0.0, 0.05),
+        ("5-15%", 0.05, 0.15),
+        ("15-30%", 0.15, 0.30),
+        ("over 30%", 0.30, f64::INFINITY),
+    ] {
+        let within: Vec<f64> = balance
+            .iter()
+            .filter(|&&(gap, _)| gap >= lo && gap < hi)
+            .map(|&(_, r)| r)
+            .collect();
+        if !within.is_empty() {
+            println!(
+                "  cores alone {label:>9} apart: {:4} rounds, aligned {:.3}x",
+                within.len(),
+                median(within)
+            );
+        }
+    }
 }
