@@ -366,6 +366,47 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     abuf.cast_const()
                 }
             };
+            // Few pairs in the block (a task's share of a cut run) and their K block small
+            // enough to stay in L1 with the rows of A: pair by pair, every row tile (see
+            // `pairs_outer`).
+            #[cfg(target_arch = "x86_64")]
+            if p.isa == Isa::Avx512
+                && pairs_outer(
+                    pair_rows,
+                    (paired_end - nc0) / 2,
+                    s.nr * kc,
+                    p.m * kc,
+                    cache::l1d_bytes(),
+                )
+            {
+                let mut panel = nc0;
+                while panel + 1 < paired_end {
+                    for (m0, mr) in row_tiles(p.m, tile_rows) {
+                        let a = a_of(m0, mr);
+                        // Both tiles are in bounds (`panel + 1 < paired_end <= nc1`) and
+                        // share A, K and C's stride; every row tile is at most `pair_rows`.
+                        // SAFETY: in-bounds tiles; the ISA is supported (caller).
+                        unsafe {
+                            avx512::tile_pair(
+                                mr,
+                                &tile_of(panel, m0, a),
+                                &tile_of(panel + 1, m0, a),
+                            )
+                        };
+                    }
+                    panel += 2;
+                }
+                if let Some(panel) = lone {
+                    for (m0, mr) in row_tiles(p.m, s.mr) {
+                        let t = tile_of(panel, m0, a_of(m0, mr));
+                        // The tile covers rows m0..m0+mr of an in-range panel.
+                        // SAFETY: an in-bounds tile; the ISA is supported (caller).
+                        unsafe { tile(p.isa, mr, &t) };
+                    }
+                }
+                k0 += kc;
+                continue;
+            }
             for (m0, mr) in row_tiles(p.m, tile_rows) {
                 let a = a_of(m0, mr);
                 let mut panel = nc0;
@@ -447,6 +488,44 @@ fn lone_panel(block: Range<usize>, pair_rows: usize) -> (usize, Option<usize>) {
     }
 }
 
+/// Most pairs of panels in an N block for which [`pairs_outer`] holds.
+const PAIRS_OUTER_MAX: usize = 8;
+
+/// Whether an N block of `pairs` pairs of panels runs pair by pair, every row tile of the
+/// pair before the next pair (instead of row tile by row tile, every pair of the block):
+/// with 6-row pairs (`pair_rows == 6`), at most [`PAIRS_OUTER_MAX`] pairs, and the pair's
+/// weights (two panels of `panel_floats` in the K block) plus the `a_floats` of A it is
+/// multiplied with within `l1` bytes.
+///
+/// A row tile's sweep over the pairs of a block starts on weights that are not in L1 (the
+/// kernel prefetches its own panel's next steps, not another pair's first ones), so a
+/// short sweep pays that start often: a cut run's tasks cover a few pairs each. Pair by
+/// pair, each pair's weights are fetched once and read from L1 by every row tile. Long
+/// sweeps (one thread's whole block) gain nothing from it. Measured on the Xeon with
+/// throwaway code switching the order at run time, 32×96×1536 at two threads against the
+/// mean core (1,500 rounds of the output_alignment example's protocol, outputs identical):
+/// 1.797× → 1.831×; the same cut computed with a fixed split, each thread's half in calls
+/// of two pairs: 1.808× → 1.838× in the rounds with equal cores, where one call per half
+/// read 1.860× (another run). Through that example, binaries before and after
+/// alternating (`cargo run --release -p keepalloc-kernels-bench --example output_alignment
+/// -- --rounds 1000`, five runs each): 1.791–1.824× → 1.818–1.846× (medians 1.813× →
+/// 1.841×). One thread, one call over all 24 pairs (300 rounds): −0.6%, −1.0%, −2.3% on
+/// 32, 16 and 64×96×1536 (+2.7% and +0.4% in two earlier runs of 32×96×1536), hence the
+/// cap on the pairs; one thread on blocks of 8 pairs or fewer (32×64×512, 16×96×512; the
+/// bench's binaries before and after, three runs each) stayed at 163–168 GFLOPS, 91–95% of
+/// the FMA peak.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn pairs_outer(
+    pair_rows: usize,
+    pairs: usize,
+    panel_floats: usize,
+    a_floats: usize,
+    l1: usize,
+) -> bool {
+    let bytes = (2 * panel_floats + a_floats).saturating_mul(size_of::<f32>());
+    pair_rows == 6 && pairs <= PAIRS_OUTER_MAX && bytes <= l1
+}
+
 /// Packed weights can stay in L2 (at most its size), or at least this many rows share each
 /// block of them: then AVX-512 on Intel runs 6-row tiles over two panels (see
 /// [`pair_rows`]).
@@ -516,20 +595,30 @@ mod cache {
 
     /// 0: not read yet; else 1 + (L2 bytes << 1 | intel).
     static INFO: AtomicUsize = AtomicUsize::new(0);
+    /// L1 data cache bytes, stored before `INFO` (0: unknown).
+    static L1D: AtomicUsize = AtomicUsize::new(0);
 
     fn info() -> usize {
-        let v = INFO.load(Ordering::Relaxed);
+        let v = INFO.load(Ordering::Acquire);
         if v != 0 {
             return v - 1;
         }
-        let v = read();
-        INFO.store(v + 1, Ordering::Relaxed);
+        let (v, l1) = read();
+        L1D.store(l1, Ordering::Relaxed);
+        INFO.store(v + 1, Ordering::Release);
         v
     }
 
     /// Per-core L2 bytes, 0 when unknown.
     pub(super) fn l2_bytes() -> usize {
         info() >> 1
+    }
+
+    /// Per-core L1 data cache bytes, 0 when unknown.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) fn l1d_bytes() -> usize {
+        info();
+        L1D.load(Ordering::Relaxed)
     }
 
     /// The CPU is an Intel one.
@@ -540,14 +629,14 @@ mod cache {
     // `__cpuid` is a safe function on recent toolchains and an unsafe one on older ones.
     #[cfg(target_arch = "x86_64")]
     #[allow(unused_unsafe)]
-    fn read() -> usize {
+    fn read() -> (usize, usize) {
         use core::arch::x86_64::{__cpuid, __cpuid_count};
         // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 is always valid.
         let leaf0 = unsafe { __cpuid(0) };
         // "GenuineIntel": ebx "Genu", edx "ineI", ecx "ntel".
         let intel =
             leaf0.ebx == 0x756e_6547 && leaf0.edx == 0x4965_6e69 && leaf0.ecx == 0x6c65_746e;
-        let mut l2 = 0usize;
+        let (mut l1, mut l2) = (0usize, 0usize);
         if intel && leaf0.eax >= 4 {
             // Leaf 4: deterministic cache parameters, one sub-leaf per cache until type 0.
             for sub in 0..16 {
@@ -558,22 +647,24 @@ mod cache {
                     break;
                 }
                 let level = (r.eax >> 5) & 7;
-                // Data (1) or unified (3) cache of level 2.
-                if level == 2 && (kind == 1 || kind == 3) {
-                    let ways = ((r.ebx >> 22) & 0x3ff) as usize + 1;
-                    let parts = ((r.ebx >> 12) & 0x3ff) as usize + 1;
-                    let line = (r.ebx & 0xfff) as usize + 1;
-                    let sets = r.ecx as usize + 1;
-                    l2 = ways * parts * line * sets;
+                let ways = ((r.ebx >> 22) & 0x3ff) as usize + 1;
+                let parts = ((r.ebx >> 12) & 0x3ff) as usize + 1;
+                let line = (r.ebx & 0xfff) as usize + 1;
+                let sets = r.ecx as usize + 1;
+                // Data (1) or unified (3) caches of levels 1 and 2.
+                match (level, kind) {
+                    (1, 1 | 3) => l1 = ways * parts * line * sets,
+                    (2, 1 | 3) => l2 = ways * parts * line * sets,
+                    _ => {}
                 }
             }
         }
-        (l2 << 1) | usize::from(intel)
+        ((l2 << 1) | usize::from(intel), l1)
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn read() -> usize {
-        0
+    fn read() -> (usize, usize) {
+        (0, 0)
     }
 }
 
@@ -596,7 +687,7 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{Isa, lone_panel, pair_rows_on, row_tiles};
+    use super::{Isa, lone_panel, pair_rows_on, pairs_outer, row_tiles};
 
     #[test]
     fn six_row_pairs_where_the_weights_stay_in_l2_or_enough_rows_share_them() {
@@ -629,6 +720,22 @@ mod tests {
         // 4-row pairs (and no pairs): every panel stays in the row-tile loop, as before.
         assert_eq!(lone_panel(0..3, 4), (3, None));
         assert_eq!(lone_panel(0..3, 0), (3, None));
+    }
+
+    #[test]
+    fn few_pairs_over_weights_that_fit_l1_run_pair_by_pair() {
+        // The rule only changes speed (each output sees the same FMAs in the same order in
+        // either loop order), so the rule itself is pinned. A task of 32x96x1536 cut for
+        // two threads: up to 8 pairs, K = 96, 32 rows: 24.6 KB of weights and 12.3 KB of A.
+        let (panel, a) = (32 * 96, 32 * 96);
+        assert!(pairs_outer(6, 1, panel, a, 48 << 10));
+        assert!(pairs_outer(6, 8, panel, a, 48 << 10));
+        assert!(!pairs_outer(6, 9, panel, a, 48 << 10), "a long sweep");
+        assert!(!pairs_outer(6, 4, panel, a, 32 << 10), "a 32 KiB L1");
+        assert!(!pairs_outer(4, 4, panel, a, 48 << 10), "no 6-row pairs");
+        assert!(!pairs_outer(6, 4, panel, a, 0), "L1 unknown");
+        // K = 256: one pair's weights alone are 64 KiB.
+        assert!(!pairs_outer(6, 2, 32 * 256, 32 * 256, 48 << 10));
     }
 
     #[test]
