@@ -366,88 +366,73 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
                     abuf.cast_const()
                 }
             };
+            // Rows m0..m0+mr (at most `pair_rows`) of panels `panel` and `panel + 1`, both
+            // in the block, reading A at `a`: one two-panel call on AVX-512 (see
+            // `pair_rows`). The same FMAs in the same order for every output: results do not
+            // change.
+            #[cfg(target_arch = "x86_64")]
+            let pair = |panel: usize, m0: usize, mr: usize, a: *const f32| {
+                // Both tiles are in bounds (the caller's `panel + 1 < paired_end <= nc1`)
+                // and share A, K and C's stride.
+                // SAFETY: in-bounds tiles; the ISA is AVX-512 and supported (caller).
+                unsafe { avx512::tile_pair(mr, &tile_of(panel, m0, a), &tile_of(panel + 1, m0, a)) }
+            };
             // Few pairs in the block (a task's share of a cut run) and their K block small
             // enough to stay in L1 with the rows of A: pair by pair, every row tile (see
             // `pairs_outer`).
             #[cfg(target_arch = "x86_64")]
-            if p.isa == Isa::Avx512
+            let by_pairs = p.isa == Isa::Avx512
                 && pairs_outer(
                     pair_rows,
                     (paired_end - nc0) / 2,
                     s.nr * kc,
                     p.m * kc,
                     cache::l1d_bytes(),
-                )
-            {
-                let mut panel = nc0;
-                while panel + 1 < paired_end {
+                );
+            #[cfg(not(target_arch = "x86_64"))]
+            let by_pairs = false;
+            if by_pairs {
+                #[cfg(target_arch = "x86_64")]
+                for panel in (nc0..paired_end).step_by(2) {
+                    // Every row tile is at most `pair_rows` rows (`tile_rows`).
                     for (m0, mr) in row_tiles(p.m, tile_rows) {
-                        let a = a_of(m0, mr);
-                        // Both tiles are in bounds (`panel + 1 < paired_end <= nc1`) and
-                        // share A, K and C's stride; every row tile is at most `pair_rows`.
-                        // SAFETY: in-bounds tiles; the ISA is supported (caller).
-                        unsafe {
-                            avx512::tile_pair(
-                                mr,
-                                &tile_of(panel, m0, a),
-                                &tile_of(panel + 1, m0, a),
-                            )
-                        };
+                        pair(panel, m0, mr, a_of(m0, mr));
                     }
-                    panel += 2;
                 }
-                if let Some(panel) = lone {
-                    for (m0, mr) in row_tiles(p.m, s.mr) {
-                        let t = tile_of(panel, m0, a_of(m0, mr));
+            } else {
+                for (m0, mr) in row_tiles(p.m, tile_rows) {
+                    let a = a_of(m0, mr);
+                    let mut panel = nc0;
+                    while panel < paired_end {
+                        // Pairs never prefetch the next tile into L2: measured on
+                        // 64x1024x1024 and 128x2048x2048, the same or 1-4% slower with it.
+                        #[cfg(target_arch = "x86_64")]
+                        if p.isa == Isa::Avx512 && mr <= pair_rows && panel + 1 < paired_end {
+                            pair(panel, m0, mr, a);
+                            panel += 2;
+                            continue;
+                        }
+                        // The next call reads the next panel (or, after the last, the first
+                        // panel again for the next row tile) at the same K offset. In an N
+                        // block, only the first row tile prefetches: it brings the block into
+                        // L2, where the other row tiles find it (their prefetches would only
+                        // cost load slots). Streaming all the panels per row tile, every row
+                        // tile prefetches.
+                        let next = if panel + 1 < nc1 { panel + 1 } else { nc0 };
+                        let pf_off = if pf_next_panel && (m0 == 0 || nc == usize::MAX) {
+                            (next as isize - panel as isize) * panel_len as isize
+                        } else {
+                            0
+                        };
+                        let t = Tile {
+                            pf_off,
+                            ..tile_of(panel, m0, a)
+                        };
                         // The tile covers rows m0..m0+mr of an in-range panel.
                         // SAFETY: an in-bounds tile; the ISA is supported (caller).
                         unsafe { tile(p.isa, mr, &t) };
+                        panel += 1;
                     }
-                }
-                k0 += kc;
-                continue;
-            }
-            for (m0, mr) in row_tiles(p.m, tile_rows) {
-                let a = a_of(m0, mr);
-                let mut panel = nc0;
-                while panel < paired_end {
-                    // Up to `pair_rows` rows: two panels per call on AVX-512 (see
-                    // `pair_rows`). The same FMAs in the same order for every output: results
-                    // do not change. Pairs never prefetch the next tile into L2: measured on
-                    // 64x1024x1024 and 128x2048x2048, the same or 1-4% slower with it.
-                    #[cfg(target_arch = "x86_64")]
-                    if p.isa == Isa::Avx512 && mr <= pair_rows && panel + 1 < paired_end {
-                        // Both tiles are in bounds (above) and share A, K and C's stride.
-                        // SAFETY: in-bounds tiles; the ISA is supported (caller).
-                        unsafe {
-                            avx512::tile_pair(
-                                mr,
-                                &tile_of(panel, m0, a),
-                                &tile_of(panel + 1, m0, a),
-                            )
-                        };
-                        panel += 2;
-                        continue;
-                    }
-                    // The next call reads the next panel (or, after the last, the first panel
-                    // again for the next row tile) at the same K offset. In an N block, only
-                    // the first row tile prefetches: it brings the block into L2, where the
-                    // other row tiles find it (their prefetches would only cost load slots).
-                    // Streaming all the panels per row tile, every row tile prefetches.
-                    let next = if panel + 1 < nc1 { panel + 1 } else { nc0 };
-                    let pf_off = if pf_next_panel && (m0 == 0 || nc == usize::MAX) {
-                        (next as isize - panel as isize) * panel_len as isize
-                    } else {
-                        0
-                    };
-                    let t = Tile {
-                        pf_off,
-                        ..tile_of(panel, m0, a)
-                    };
-                    // The tile covers rows m0..m0+mr of an in-range panel.
-                    // SAFETY: an in-bounds tile; the ISA is supported (caller).
-                    unsafe { tile(p.isa, mr, &t) };
-                    panel += 1;
                 }
             }
             if let Some(panel) = lone {
