@@ -62,9 +62,11 @@ fn two_cpus() -> [usize; 2] {
         "sched_getaffinity: {}",
         std::io::Error::last_os_error()
     );
-    // SAFETY: CPU_ISSET only reads the set.
     let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .filter(|&c| {
+            // SAFETY: CPU_ISSET only reads the set, and `c` is below CPU_SETSIZE.
+            unsafe { libc::CPU_ISSET(c, &set) }
+        })
         .collect();
     assert!(cpus.len() >= 2, "needs two CPUs, has {cpus:?}");
     [cpus[0], cpus[1]]
