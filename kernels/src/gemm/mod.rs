@@ -87,9 +87,11 @@ std::thread_local! {
     /// The next batch-1 run on this thread reads the panels last to first. Alternating
     /// (boustrophedon order) makes a run start on the weights the previous one read last,
     /// which are still in L2 (L1 for small weights) when the same operator runs back to
-    /// back, as in a decode loop: measured on a 2 MiB-L2 Xeon, 1x1536x1536 (9.4 MiB of
-    /// weights, L3-bound) +20%, 1x256x256 +6%. When other work evicted them in between it
-    /// costs nothing. `const`-initialized: no allocation, no destructor.
+    /// back (a benchmark's loop, or a model of one layer): measured on a 2 MiB-L2 Xeon,
+    /// 1x1536x1536 (9.4 MiB of weights, L3-bound) +20%, 1x256x256 +6%. A decode loop gains
+    /// nothing from it: it runs every other layer between two runs of this one, and their
+    /// weights evict these. When other work evicted them it costs nothing either.
+    /// `const`-initialized: no allocation, no destructor.
     static GEMV_BACKWARDS: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
