@@ -7,6 +7,11 @@ use allocator_api2::alloc::Allocator;
 
 /// Makes any [`Allocator`] usable as `#[global_allocator]`.
 ///
+/// A global allocator must not unwind (`GlobalAlloc`'s contract), while an [`Allocator`] may
+/// panic: a backend that panics inside `alloc`, `alloc_zeroed`, `dealloc` or `realloc`
+/// aborts the process instead (without printing: printing could allocate through this very
+/// allocator).
+///
 /// ```
 /// use keepalloc_allocators::{AsGlobal, Counting, System};
 /// #[global_allocator]
@@ -18,22 +23,46 @@ use allocator_api2::alloc::Allocator;
 #[derive(Debug, Default)]
 pub struct AsGlobal<A>(pub A);
 
+/// Aborts the process if dropped, which happens only while unwinding: each method forgets
+/// it once the backend has returned. Costs nothing on the way that does not unwind.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        std::process::abort();
+    }
+}
+
+/// Runs `f`, aborting instead of letting a panic unwind out of the global allocator.
+#[inline(always)]
+fn no_unwind<T>(f: impl FnOnce() -> T) -> T {
+    let guard = AbortOnUnwind;
+    let r = f();
+    core::mem::forget(guard);
+    r
+}
+
 // SAFETY: `GlobalAlloc` requires blocks of the layout's size and alignment, valid until
 // `dealloc` with the same layout, and NULL on failure: each method maps to the `Allocator`
-// method with the same promise, turning `Err` into NULL.
+// method with the same promise, turning `Err` into NULL; and it must not unwind, which
+// `no_unwind` turns into an abort.
 unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.0
-            .allocate(layout)
-            .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+        no_unwind(|| {
+            self.0
+                .allocate(layout)
+                .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+        })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.0
-            .allocate_zeroed(layout)
-            .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+        no_unwind(|| {
+            self.0
+                .allocate_zeroed(layout)
+                .map_or(ptr::null_mut(), |p| p.as_ptr().cast())
+        })
     }
 
     #[inline]
@@ -42,7 +71,7 @@ unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
             // `GlobalAlloc::dealloc`'s caller promises `ptr` came from `alloc` with
             // `layout`, which is `Allocator::deallocate`'s promise.
             // SAFETY: the caller's promise is forwarded unchanged.
-            unsafe { self.0.deallocate(p, layout) }
+            no_unwind(|| unsafe { self.0.deallocate(p, layout) })
         }
     }
 
@@ -57,13 +86,13 @@ unsafe impl<A: Allocator> GlobalAlloc for AsGlobal<A> {
         // The caller promises `ptr` is live with `layout`; grow/shrink are chosen by
         // comparing sizes, as their contracts require.
         // SAFETY: `ptr` is live with `layout` and the size picks grow or shrink.
-        let r = unsafe {
+        let r = no_unwind(|| unsafe {
             if new_size >= layout.size() {
                 self.0.grow(p, layout, new)
             } else {
                 self.0.shrink(p, layout, new)
             }
-        };
+        });
         r.map_or(ptr::null_mut(), |p| p.as_ptr().cast())
     }
 }
