@@ -240,6 +240,26 @@ fn a_pool_dropped_before_its_workers_start_does_not_hang() {
     }
 }
 
+/// Worker threads whose thread-local [`SlowExit`] has run its destructor.
+static EXITED: AtomicUsize = AtomicUsize::new(0);
+
+/// Set in each worker's thread-local storage: its destructor runs when the thread exits,
+/// slowly, and counts the exit. `pthread_join` returns only after the thread's destructors
+/// have run, so right after a pool that joins its workers is dropped every one has counted;
+/// a drop that only told them to stop would return while they are still in here.
+struct SlowExit;
+
+impl Drop for SlowExit {
+    fn drop(&mut self) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        EXITED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+std::thread_local! {
+    static EXIT_WITNESS: core::cell::RefCell<Option<SlowExit>> = const { core::cell::RefCell::new(None) };
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn drop_joins_every_worker() {
@@ -249,31 +269,31 @@ fn drop_joins_every_worker() {
     let pool = ThreadPool::with_table(&TABLE, 4).unwrap();
     let tids: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
     let barrier = Barrier::new(4);
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { gettid() } as usize;
     pool.run(4, &|i| {
-        // SAFETY: gettid has no preconditions.
-        tids[i].store(unsafe { gettid() } as usize, Ordering::Relaxed);
+        // SAFETY: as above.
+        let tid = unsafe { gettid() } as usize;
+        tids[i].store(tid, Ordering::Relaxed);
+        if tid != me {
+            EXIT_WITNESS.with(|w| *w.borrow_mut() = Some(SlowExit));
+        }
         barrier.wait(); // four distinct threads
     });
-    // SAFETY: as above.
-    let me = unsafe { gettid() } as usize;
     let workers: Vec<usize> = tids
         .iter()
         .map(|t| t.load(Ordering::Relaxed))
         .filter(|&t| t != me)
         .collect();
     assert_eq!(workers.len(), 3);
-    let alive = |tid: usize| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists();
-    assert!(workers.iter().all(|&t| alive(t)));
+    assert_eq!(EXITED.load(Ordering::SeqCst), 0, "no worker has exited yet");
     drop(pool);
-    // The kernel removes a joined thread's entry right after the join returns; a worker
-    // that was not joined would stay parked (alive) for ever.
-    for _ in 0..10_000 {
-        if !workers.iter().any(|&t| alive(t)) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    panic!("workers still alive after drop: {workers:?}");
+    // No waiting here: the joins already waited for each worker's exit.
+    assert_eq!(
+        EXITED.load(Ordering::SeqCst),
+        3,
+        "drop returned before every worker had exited"
+    );
 }
 
 /// Delivers every task twice, from two threads at once.
