@@ -252,7 +252,7 @@ fn runner<'a>(
             let xnn = xnn.ok_or("current XNNPACK not found (cargo xtask runtimes)")?;
             match kind {
                 Kind::Bf16F32 => {
-                    let op = Bf16Fc::new(xnn, g, &d.wb, &d.bias)?;
+                    let mut op = Bf16Fc::new(xnn, g, &d.wb, &d.bias)?;
                     Ok(Box::new(move |out| {
                         op.run(&d.xb, out).expect("XNNPACK bf16 run")
                     }))
@@ -264,7 +264,7 @@ fn runner<'a>(
                     }))
                 }
                 Kind::F32Qc8w => {
-                    let op = F32Qc8wFc::new(xnn, g, &d.w8, &d.scales, &d.bias)?;
+                    let mut op = F32Qc8wFc::new(xnn, g, &d.w8, &d.scales, &d.bias)?;
                     Ok(Box::new(move |out| {
                         op.run(&d.x, out).expect("XNNPACK f32_qc8w run")
                     }))

@@ -487,8 +487,16 @@ impl F32Fc {
     }
 }
 
+/// The (input, output) an operator was last set up on: each runner calls `setup` only when
+/// they change, as [`F32Fc`] and the Debian XNNPACK runner do (keepalloc has no setup step,
+/// so a setup per timed call would be work only the peer pays).
+type Bound = (*const c_void, *mut c_void);
+
+/// Nothing bound yet.
+const UNBOUND: Bound = (core::ptr::null(), core::ptr::null_mut());
+
 /// `fully_connected_nc_bf16_f32`, reshaped for `g.m` rows.
-pub struct Bf16Fc(Operator, Geometry);
+pub struct Bf16Fc(Operator, Geometry, Bound);
 
 impl Bf16Fc {
     pub fn new(xnn: &'static Xnn, g: Geometry, w: &[u16], bias: &[f32]) -> Result<Bf16Fc, String> {
@@ -515,23 +523,28 @@ impl Bf16Fc {
         check("reshape bf16_f32", unsafe {
             (xnn.reshape_bf16)(op.op, g.m, core::ptr::null_mut())
         })?;
-        Ok(Bf16Fc(op, g))
+        Ok(Bf16Fc(op, g, UNBOUND))
     }
 
     /// `x` holds m × k bf16 values plus `XNN_EXTRA_BYTES`; `y` m × n floats.
-    pub fn run(&self, x: &[u16], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[u16], y: &mut [f32]) -> Result<(), String> {
         let g = self.1;
         assert!(x.len() * 2 >= g.m * g.k * 2 + EXTRA_BYTES && y.len() >= g.m * g.n);
-        // SAFETY: buffers of the sizes asserted, alive across the run below.
-        check("setup bf16_f32", unsafe {
-            (self.0.xnn.setup_bf16)(self.0.op, x.as_ptr().cast(), y.as_mut_ptr())
-        })?;
+        let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
+        if self.2 != bound {
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup,
+            // which runs whenever either pointer changes.
+            check("setup bf16_f32", unsafe {
+                (self.0.xnn.setup_bf16)(self.0.op, x.as_ptr().cast(), y.as_mut_ptr())
+            })?;
+            self.2 = bound;
+        }
         self.0.run()
     }
 }
 
 /// `fully_connected_nc_f32_qc8w`, reshaped for `g.m` rows.
-pub struct F32Qc8wFc(Operator, Geometry);
+pub struct F32Qc8wFc(Operator, Geometry, Bound);
 
 impl F32Qc8wFc {
     pub fn new(
@@ -565,17 +578,22 @@ impl F32Qc8wFc {
         check("reshape f32_qc8w", unsafe {
             (xnn.reshape_qc8w)(op.op, g.m, core::ptr::null_mut())
         })?;
-        Ok(F32Qc8wFc(op, g))
+        Ok(F32Qc8wFc(op, g, UNBOUND))
     }
 
     /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
-    pub fn run(&self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
         let g = self.1;
         assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
-        // SAFETY: buffers of the sizes asserted, alive across the run below.
-        check("setup f32_qc8w", unsafe {
-            (self.0.xnn.setup_qc8w)(self.0.op, x.as_ptr(), y.as_mut_ptr())
-        })?;
+        let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
+        if self.2 != bound {
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup,
+            // which runs whenever either pointer changes.
+            check("setup f32_qc8w", unsafe {
+                (self.0.xnn.setup_qc8w)(self.0.op, x.as_ptr(), y.as_mut_ptr())
+            })?;
+            self.2 = bound;
+        }
         self.0.run()
     }
 }
@@ -594,6 +612,9 @@ pub struct Qd8Fc {
     quantized: Vec<i8>,
     row_sum: Vec<f32>,
     params: Vec<QuantParams>,
+    /// The input the convert was last set up on, and the output the FC was (both set up
+    /// only when theirs changes; the buffers between them are this object's own).
+    bound: Bound,
 }
 
 impl Qd8Fc {
@@ -648,6 +669,7 @@ impl Qd8Fc {
             quantized: vec![0; g.m * g.k + EXTRA_BYTES],
             row_sum: vec![0.0; g.m + EXTRA_BYTES],
             params: vec![QuantParams::default(); g.m + EXTRA_QUANTIZATION_PARAMS],
+            bound: UNBOUND,
         })
     }
 
@@ -656,18 +678,23 @@ impl Qd8Fc {
     pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
         let g = self.g;
         assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
-        // SAFETY: the buffers hold what the reshaped operators read and write (sizes asserted or allocated for `g`), and stay alive across the runs below.
-        unsafe {
-            check(
-                "setup convert f32_qd8",
-                (self.convert.xnn.setup_convert)(
-                    self.convert.op,
-                    x.as_ptr(),
-                    self.quantized.as_mut_ptr(),
-                    self.row_sum.as_mut_ptr(),
-                    self.params.as_mut_ptr(),
-                ),
-            )?;
+        if self.bound.0 != x.as_ptr().cast() {
+            // SAFETY: the buffers hold what the reshaped operator reads and writes (sizes
+            // asserted or allocated for `g`); they stay bound until the next setup, which
+            // runs whenever `x` changes (the other three are this object's, never moved).
+            unsafe {
+                check(
+                    "setup convert f32_qd8",
+                    (self.convert.xnn.setup_convert)(
+                        self.convert.op,
+                        x.as_ptr(),
+                        self.quantized.as_mut_ptr(),
+                        self.row_sum.as_mut_ptr(),
+                        self.params.as_mut_ptr(),
+                    ),
+                )?;
+            }
+            self.bound.0 = x.as_ptr().cast();
         }
         self.convert.run()?;
         let params = self.params.as_ptr();
@@ -682,18 +709,23 @@ impl Qd8Fc {
         y: &mut [f32],
     ) -> Result<(), String> {
         assert!(y.len() >= self.g.m * self.g.n);
-        // SAFETY: `q` and `params` point into this object's padded buffers; `y` holds m × n floats; the workspace has the size reshape asked for; all outlive the run.
-        unsafe {
-            check(
-                "setup qd8_f32_qc8w",
-                (self.fc.xnn.setup_qd8)(
-                    self.fc.op,
-                    q,
-                    y.as_mut_ptr(),
-                    self.workspace.as_mut_ptr().cast(),
-                    params,
-                ),
-            )?;
+        if self.bound.1 != y.as_mut_ptr().cast() {
+            // SAFETY: `q` and `params` point into this object's padded buffers (never moved);
+            // `y` holds m × n floats; the workspace has the size reshape asked for; they stay
+            // bound until the next setup, which runs whenever `y` changes.
+            unsafe {
+                check(
+                    "setup qd8_f32_qc8w",
+                    (self.fc.xnn.setup_qd8)(
+                        self.fc.op,
+                        q,
+                        y.as_mut_ptr(),
+                        self.workspace.as_mut_ptr().cast(),
+                        params,
+                    ),
+                )?;
+            }
+            self.bound.1 = y.as_mut_ptr().cast();
         }
         self.fc.run()
     }
