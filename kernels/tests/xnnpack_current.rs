@@ -67,7 +67,7 @@ fn outputs_match_current_xnnpack_within_rounding() {
                     let mut x = c.input_bf16.clone();
                     x.extend([0; 8]);
                     Bf16Fc::new(xnn, g, &c.weights_bf16, &bias)
-                        .and_then(|op| op.run(&x, &mut theirs))
+                        .and_then(|mut op| op.run(&x, &mut theirs))
                         .unwrap();
                 }
                 Kind::Qd8F32Qc8w => {
@@ -93,7 +93,7 @@ fn outputs_match_current_xnnpack_within_rounding() {
                     let mut x = c.input.clone();
                     x.extend([0.0; 4]);
                     F32Qc8wFc::new(xnn, g, &c.weights_i8, &c.scales, &bias)
-                        .and_then(|op| op.run(&x, &mut theirs))
+                        .and_then(|mut op| op.run(&x, &mut theirs))
                         .unwrap();
                 }
             }
