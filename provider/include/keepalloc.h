@@ -127,8 +127,8 @@ typedef enum keepalloc_status {
   KEEPALLOC_REENTERED = 6,
   /* keepalloc_get_table: no table has been published yet. */
   KEEPALLOC_NOT_PUBLISHED = 7,
-  /* keepalloc_set_backend: a different backend was registered first, or the owner has
-   * already been built. Nothing changed. */
+  /* keepalloc_set_backend: a different backend was registered first, or an acquire has
+   * already frozen the choice of backend (see keepalloc_set_backend). Nothing changed. */
   KEEPALLOC_BACKEND_CONFLICT = 8,
   /* In a fork() child: the attempt this call would wait for was running in another thread
    * of the parent when it forked (see FORK above). */
@@ -220,8 +220,11 @@ typedef keepalloc_table keepalloc_backend;
 
 /* Makes `backend` the backend of the process-wide owner. Call it before the first acquire.
  * The first registration wins: registering the same functions and context again returns
- * KEEPALLOC_OK; a different backend, or any backend once the owner has been built (with the
- * built-in backend or another one), returns KEEPALLOC_BACKEND_CONFLICT and changes nothing.
+ * KEEPALLOC_OK; a different backend returns KEEPALLOC_BACKEND_CONFLICT and changes nothing.
+ * The choice of backend is frozen by the first acquire (or keepalloc_ort_register) that gets
+ * past its own argument checks and the Scribble setting check, whatever that call then
+ * returns (also KEEPALLOC_OUT_OF_MEMORY: building the owner failed, or INIT_FAILED): from
+ * then on a first registration returns KEEPALLOC_BACKEND_CONFLICT and changes nothing too.
  * KEEPALLOC_INVALID_ARGUMENT when backend or any of its functions is NULL. keepalloc copies
  * the struct into memory it never frees. */
 keepalloc_status keepalloc_set_backend(const keepalloc_backend* backend);
@@ -278,7 +281,12 @@ keepalloc_status keepalloc_ort_register(const struct OrtApiBase* ort, struct Ort
  * mismatch, 19 a freed guarded block touched, 22 a guard page touched. Not thread-safe
  * against a concurrent first acquire: call it before any. */
 keepalloc_status keepalloc_scribble_configure(const char* spec);
-/* The last refused setting's message, or NULL. */
+/* The last refused setting's message, or NULL. The string belongs to keepalloc, which never
+ * frees or changes it: a returned pointer stays valid, and reads the same message, for the
+ * life of the process, whatever any thread calls afterwards (a later refusal only makes later
+ * calls return another pointer). Each distinct message is kept once: a bad setting's, and up
+ * to 32 distinct ones of keepalloc_scribble_configure, past which a fixed message stands for
+ * the rest. */
 const char* keepalloc_scribble_error(void);
 /* 1: the provider runs over Scribble; 0: plain; -1: not decided yet, or the setting is bad. */
 int keepalloc_scribble_enabled(void);

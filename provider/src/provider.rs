@@ -54,8 +54,9 @@ pub enum ProviderError {
     #[error("could not construct the allocator owner: out of memory")]
     OutOfMemory,
     /// The consuming library's init hook failed; the owner is kept for the next attempt.
-    /// (Boxed so that `Result<AllocatorHandle, ProviderError>` is two words and the fast
-    /// path returns in registers.)
+    /// (Not boxed: [`InitError`], a `String` and an `Option<i32>`, is held inline, so
+    /// `ProviderError` and `Result<AllocatorHandle, ProviderError>` are four words, 32 bytes
+    /// on x86-64.)
     #[error("the library's initialization failed (the owner is kept; retry): {0}")]
     InitFailed(#[source] InitError),
     /// The library name was refused (empty, too long, not UTF-8, or the registry is full);

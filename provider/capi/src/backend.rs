@@ -14,11 +14,12 @@
 //! Either way it is one [`GlobalProvider`]: the same owner once, the same counting wrapper,
 //! the same published table for the rest of the process.
 //!
-//! The rule for registration: the first `keepalloc_set_backend` before the owner is built
+//! The rule for registration: the first `keepalloc_set_backend` before the first [`choose`]
 //! wins. Registering the same functions and context again is `KEEPALLOC_OK` (idempotent); a
-//! different backend, or any backend once the owner has been built (from the default backend
-//! or another one), is `KEEPALLOC_BACKEND_CONFLICT` and changes nothing. The registered
-//! functions are copied into memory that is never freed.
+//! different backend, or any backend once [`choose`] has run (the first acquire past its
+//! argument and Scribble checks, even when building the owner then failed), is
+//! `KEEPALLOC_BACKEND_CONFLICT` and changes nothing. The registered functions are copied into
+//! memory that is never freed.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -39,7 +40,8 @@ pub enum BaseBackend {
     Plugged(TableAllocator<'static>),
 }
 
-/// What has been registered, and whether the owner was built (then nothing may change).
+/// What has been registered, and whether the choice is frozen (by [`choose`] or by building
+/// an owner; then nothing may change).
 struct Registration {
     plugged: Option<&'static AllocatorTable>,
     frozen: bool,

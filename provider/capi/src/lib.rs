@@ -14,6 +14,7 @@
 
 use core::cell::Cell;
 use core::ffi::{c_char, c_int, c_void};
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
 
@@ -175,7 +176,10 @@ pub(crate) fn ensure_fork_handler() {
         // SAFETY: registers a handler that only reads atomics and this thread's marker; the function pointer lives for the process.
         let rc = unsafe { pthread_atfork(None, None, Some(in_child)) };
         if rc != 0 {
-            eprintln!(
+            // Not `eprintln!`: it panics when stderr cannot be written, and every caller is an
+            // `extern "C"` function, outside its `catch_unwind`.
+            let _ = writeln!(
+                std::io::stderr(),
                 "keepalloc: pthread_atfork failed ({rc}); fork() during an attempt is not handled"
             );
         }

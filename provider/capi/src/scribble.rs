@@ -21,6 +21,7 @@ use core::alloc::Layout;
 use core::ffi::{c_char, c_int};
 use core::ptr::NonNull;
 use std::ffi::{CStr, CString};
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -127,12 +128,45 @@ pub struct Decision {
 /// The spec given by `keepalloc_scribble_configure`, waiting for the first acquire.
 static CONFIGURED: Mutex<Option<ScribbleConfig>> = Mutex::new(None);
 static DECISION: OnceLock<Decision> = OnceLock::new();
-/// The message of the last refused setting, for `keepalloc_scribble_error`.
-static LAST_ERROR: Mutex<Option<CString>> = Mutex::new(None);
+/// The message of the last refused setting, for `keepalloc_scribble_error`. It only ever
+/// points to strings that are never freed or changed (literals, [`DECISION_ERROR`] and the
+/// strings kept in [`KEPT_MESSAGES`]), so a pointer handed to C stays valid for the life of
+/// the process however many refusals replace it afterwards.
+static LAST_ERROR: Mutex<Option<&'static CStr>> = Mutex::new(None);
+/// The decided setting's message when it is bad: the decision is made once, so is this.
+static DECISION_ERROR: OnceLock<CString> = OnceLock::new();
+/// The distinct messages of `keepalloc_scribble_configure`'s refusals, each kept once and
+/// never freed: the same refusal again costs nothing, and at most [`MAX_KEPT_MESSAGES`] are
+/// kept (past those, [`TOO_MANY_MESSAGES`]).
+static KEPT_MESSAGES: Mutex<Vec<&'static CStr>> = Mutex::new(Vec::new());
+/// How many distinct refusal messages [`KEPT_MESSAGES`] holds at most.
+const MAX_KEPT_MESSAGES: usize = 32;
+/// The message of a refusal once [`MAX_KEPT_MESSAGES`] distinct ones are kept.
+const TOO_MANY_MESSAGES: &CStr = c"keepalloc_scribble_configure: the spec was refused (its \
+      message is not kept: keepalloc keeps the first 32 distinct ones)";
 
-fn set_error(message: String) {
-    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    *LAST_ERROR.lock().unwrap_or_else(PoisonError::into_inner) = Some(c);
+fn c_message(message: &str) -> CString {
+    CString::new(message.replace('\0', " ")).unwrap_or_default()
+}
+
+/// `message` as a string that lives for the rest of the process: the kept copy when the same
+/// message was kept before, else a new one (while fewer than [`MAX_KEPT_MESSAGES`] are kept).
+fn keep(message: &str) -> &'static CStr {
+    let message = c_message(message);
+    let mut kept = KEPT_MESSAGES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&same) = kept.iter().find(|m| **m == message.as_c_str()) {
+        return same;
+    }
+    if kept.len() >= MAX_KEPT_MESSAGES {
+        return TOO_MANY_MESSAGES;
+    }
+    let leaked: &'static CStr = Box::leak(message.into_boxed_c_str());
+    kept.push(leaked);
+    leaked
+}
+
+fn set_error(message: &'static CStr) {
+    *LAST_ERROR.lock().unwrap_or_else(PoisonError::into_inner) = Some(message);
 }
 
 /// Decides between a spec given by the C call and the environment variable's value: the
@@ -183,8 +217,10 @@ pub fn check_settings() -> Result<(), KeepallocStatus> {
     match &decision().config {
         Ok(_) => Ok(()),
         Err(message) => {
-            eprintln!("{message}");
-            set_error(message.clone());
+            // Not `eprintln!`: it panics when stderr cannot be written, and this runs inside
+            // an `extern "C"` function, outside its `catch_unwind`.
+            let _ = writeln!(std::io::stderr(), "{message}");
+            set_error(DECISION_ERROR.get_or_init(|| c_message(message)));
             Err(KeepallocStatus::InvalidArgument)
         }
     }
@@ -208,23 +244,25 @@ pub fn wrap<B: Allocator>(base: Result<B, AllocError>) -> Result<Backend<B>, All
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn keepalloc_scribble_configure(spec: *const c_char) -> KeepallocStatus {
     if spec.is_null() {
-        set_error("keepalloc_scribble_configure: spec is NULL".into());
+        set_error(c"keepalloc_scribble_configure: spec is NULL");
         return KeepallocStatus::InvalidArgument;
     }
     // SAFETY: non-NULL and NUL-terminated (caller's promise).
     let spec = unsafe { CStr::from_ptr(spec) };
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<(), &'static CStr> {
         let Ok(spec) = spec.to_str() else {
-            return Err("keepalloc_scribble_configure: spec is not valid UTF-8".to_string());
+            return Err(c"keepalloc_scribble_configure: spec is not valid UTF-8");
         };
-        let config = ScribbleConfig::from_env_spec(spec)
-            .map_err(|e: ConfigError| format!("keepalloc_scribble_configure({spec:?}): {e}"))?;
+        let config = ScribbleConfig::from_env_spec(spec).map_err(|e: ConfigError| {
+            keep(&format!("keepalloc_scribble_configure({spec:?}): {e}"))
+        })?;
         let mut configured = CONFIGURED.lock().unwrap_or_else(PoisonError::into_inner);
         if DECISION.get().is_some() {
-            return Err(format!(
+            drop(configured);
+            return Err(keep(&format!(
                 "keepalloc_scribble_configure({spec:?}): too late, the backend was decided \
                  at the first acquire"
-            ));
+            )));
         }
         *configured = Some(config);
         Ok(())
@@ -239,13 +277,13 @@ pub unsafe extern "C" fn keepalloc_scribble_configure(spec: *const c_char) -> Ke
     }
 }
 
-/// See `keepalloc.h`: the message of the last refused Scribble setting, or NULL.
+/// See `keepalloc.h`: the message of the last refused Scribble setting, or NULL. The string
+/// is never freed or changed (see `LAST_ERROR`): the pointer is valid for the life of the
+/// process, whatever other threads do after it was returned.
 #[unsafe(no_mangle)]
 pub extern "C" fn keepalloc_scribble_error() -> *const c_char {
-    // The string is never freed while it is the last error; a later error replaces it (the
-    // header says the pointer is valid until the next keepalloc_scribble_* call or acquire).
-    let last = LAST_ERROR.lock().unwrap_or_else(PoisonError::into_inner);
-    last.as_ref().map_or(core::ptr::null(), |c| c.as_ptr())
+    let last = *LAST_ERROR.lock().unwrap_or_else(PoisonError::into_inner);
+    last.map_or(core::ptr::null(), CStr::as_ptr)
 }
 
 /// See `keepalloc.h`: 1 when the backend is Scribble, 0 when it is the plain one, -1 before
@@ -286,5 +324,36 @@ mod tests {
             "{message}"
         );
         assert_eq!(decide_from(None, None).config, Ok(None));
+    }
+
+    #[test]
+    fn refusal_messages_are_kept_once_each_and_bounded() {
+        let first = keep("keepalloc_scribble_configure(\"a\"): bad");
+        // The same message again is the same kept string: no new one per call.
+        assert_eq!(
+            keep("keepalloc_scribble_configure(\"a\"): bad").as_ptr(),
+            first.as_ptr()
+        );
+        for i in 0..2 * MAX_KEPT_MESSAGES {
+            let kept = keep(&format!("refusal {i}"));
+            assert!(kept == TOO_MANY_MESSAGES || kept.to_str() == Ok(&format!("refusal {i}")));
+        }
+        assert_eq!(
+            KEPT_MESSAGES.lock().unwrap().len(),
+            MAX_KEPT_MESSAGES,
+            "bounded"
+        );
+        assert_eq!(keep("one more"), TOO_MANY_MESSAGES);
+        // Kept strings are never freed or changed.
+        assert_eq!(
+            first.to_str(),
+            Ok("keepalloc_scribble_configure(\"a\"): bad")
+        );
+        assert!(
+            TOO_MANY_MESSAGES
+                .to_str()
+                .unwrap()
+                .contains(&MAX_KEPT_MESSAGES.to_string())
+        );
     }
 }

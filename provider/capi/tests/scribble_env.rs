@@ -8,6 +8,7 @@
 //! `keepalloc::scribble` (`make_backend` = `wrap(base)`, and the settings checked before the
 //! acquire), and use the table through its C function pointers.
 
+use std::ffi::CStr;
 use std::process::{Command, Output};
 
 use allocator_api2::alloc::AllocError;
@@ -111,11 +112,40 @@ fn child_bad_setting() {
     assert_eq!(acquire().unwrap_err(), KeepallocStatus::InvalidArgument);
     assert_eq!(PROVIDER.stats().owners_constructed, 0);
     assert_eq!(keepalloc_scribble_enabled(), -1);
-    let message = keepalloc_scribble_error();
-    assert!(!message.is_null());
-    // SAFETY: a NUL-terminated string owned by the library, valid until the next error.
-    let message = unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy();
-    println!("error: {message}");
+    let first = keepalloc_scribble_error();
+    assert!(!first.is_null());
+    // SAFETY: a NUL-terminated string owned by the library, valid for the life of the process.
+    let message = unsafe { CStr::from_ptr(first) }.to_owned();
+    println!("error: {}", message.to_string_lossy());
+
+    // While this thread still holds `first`: another failing acquire, on another thread, and
+    // a refused configure call with a different message both record a new last error. Neither
+    // may free the string `first` points to (a freed string would read back as the
+    // allocator's free-list words here, or be reported by a sanitizer).
+    std::thread::spawn(|| assert_eq!(acquire().unwrap_err(), KeepallocStatus::InvalidArgument))
+        .join()
+        .expect("the other thread's acquire");
+    // SAFETY: a NUL-terminated string.
+    let refused = unsafe { keepalloc_scribble_configure(c"stacks:sideways".as_ptr()) };
+    assert_eq!(refused, KeepallocStatus::InvalidArgument);
+    let second = keepalloc_scribble_error();
+    assert!(!second.is_null());
+    // SAFETY: as above.
+    let second_message = unsafe { CStr::from_ptr(second) }.to_owned();
+    assert_ne!(
+        second_message, message,
+        "the refused configure call is the last error now"
+    );
+    assert_eq!(acquire().unwrap_err(), KeepallocStatus::InvalidArgument);
+    // SAFETY: as above; the point of the test: `first` and `second` are still readable.
+    let (first_now, second_now) = unsafe { (CStr::from_ptr(first), CStr::from_ptr(second)) };
+    assert_eq!(
+        first_now,
+        message.as_c_str(),
+        "the first pointer still reads its message"
+    );
+    assert_eq!(second_now, second_message.as_c_str());
+    println!("first pointer still valid");
 }
 
 #[test]
@@ -134,6 +164,11 @@ fn a_bad_setting_refuses_the_first_acquire() {
         describe(&out)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains(expected));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("first pointer still valid"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]
@@ -161,8 +196,8 @@ fn child_configure_call() {
     // SAFETY: as above.
     let late = unsafe { keepalloc_scribble_configure(c"stacks:none".as_ptr()) };
     assert_eq!(late, KeepallocStatus::InvalidArgument);
-    // SAFETY: the library's string, valid until the next error.
-    let message = unsafe { std::ffi::CStr::from_ptr(keepalloc_scribble_error()) };
+    // SAFETY: the library's string, valid for the life of the process.
+    let message = unsafe { CStr::from_ptr(keepalloc_scribble_error()) };
     println!("late: {}", message.to_string_lossy());
     use_freed_block(table);
 }
