@@ -3,9 +3,9 @@
 //!
 //! The harness's contract is one `RESULT key=value ...` line on stdout and an exit with
 //! the code that line names. Anything else (a timeout, a death by signal before the line,
-//! an exit without it, two lines, a line for another run, a status that does not match
-//! its exit code) proves nothing about the provider and is [`Outcome::Inconclusive`], with
-//! a short reason. A sanitizer's report is a finding even without a result line: the
+//! an exit without it, two lines, a line for another run or one that omits any of the keys
+//! saying which run it is about, a status that does not match its exit code) proves nothing
+//! about the provider and is [`Outcome::Inconclusive`], with a short reason. A sanitizer's report is a finding even without a result line: the
 //! sanitizer ends the process itself.
 
 use std::collections::BTreeMap;
@@ -89,11 +89,14 @@ pub fn classify<'n>(
         ("threads", expected.threads.to_string()),
         ("window", expected.window.to_string()),
     ];
-    if let Some((key, _)) = asked
-        .iter()
-        .find(|(key, want)| result.get(*key).is_some_and(|got| got != want))
-    {
-        return inconclusive(&format!("result-mismatch:{key}"));
+    // Every identity key must be there and equal: a line that omits one could be about
+    // another run as well as this one.
+    for (key, want) in &asked {
+        match result.get(key) {
+            None => return inconclusive(&format!("result-missing:{key}")),
+            Some(got) if got != want => return inconclusive(&format!("result-mismatch:{key}")),
+            Some(_) => {}
+        }
     }
     let kinds: Vec<String> = if *detections == "none" {
         Vec::new()
@@ -316,6 +319,36 @@ mod tests {
             "",
         );
         assert_eq!(classify_end(&twice), inconclusive("several-result-lines"));
+    }
+
+    #[test]
+    fn a_result_line_missing_an_identity_key_is_inconclusive() {
+        // A line that does not say which run it is about could be another run's: each of the
+        // identity keys must be there (and equal, see above), even on a clean pass.
+        for (key, line) in [
+            (
+                "seed",
+                "RESULT scenario=cold-start variant=racy threads=32 window=held \
+                 status=pass exit=0 detections=none\n",
+            ),
+            (
+                "scenario",
+                "RESULT variant=racy seed=42 threads=32 window=held \
+                 status=pass exit=0 detections=none\n",
+            ),
+            (
+                "window",
+                "RESULT scenario=cold-start variant=racy seed=42 threads=32 \
+                 status=fail exit=10 detections=use-after-free\n",
+            ),
+        ] {
+            let code = if line.contains("exit=10") { 10 } else { 0 };
+            assert_eq!(
+                classify_end(&exited(code, line, "")),
+                inconclusive(&format!("result-missing:{key}")),
+                "{line}"
+            );
+        }
     }
 
     #[test]
