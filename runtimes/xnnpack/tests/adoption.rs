@@ -204,11 +204,18 @@ fn run_scenario(name: &str) {
     }
 }
 
-/// Runs `scenario` in a fresh process (this test binary, filtered to `child_entry`).
+/// Runs `scenario` in a fresh process (this test binary, filtered to `child_entry`, which is
+/// `#[ignore]`d so that a plain `cargo test` does not run it without a scenario).
 fn in_fresh_process(scenario: &str) {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_entry",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(SCENARIO_ENV, scenario)
         .output()
         .unwrap();
@@ -235,10 +242,11 @@ fn in_fresh_process(scenario: &str) {
 }
 
 #[test]
+#[ignore = "child process of the scenario tests below (in_fresh_process runs it)"]
 fn child_entry() {
-    if let Ok(name) = std::env::var(SCENARIO_ENV) {
-        run_scenario(&name);
-    }
+    let name = std::env::var(SCENARIO_ENV)
+        .unwrap_or_else(|_| panic!("run as a child, with {SCENARIO_ENV} set"));
+    run_scenario(&name);
 }
 
 fn not_run(test: &str, why: &str) {
