@@ -14,10 +14,16 @@
 //!    keepalloc's on the env), which keepalloc's accounting must catch in every run.
 //!
 //! Each run is classified `ok`, `clean-error`, `crash` (killed by a signal), `hang` (past
-//! `--timeout`), `wrong-output`, `leak` or `keepalloc-violation`. A crash, hang, leak or wrong
-//! output is a finding about ONNX Runtime and does not fail the command: the exit status is
-//! decided by keepalloc's own invariants (checked in the child: one owner, exact accounting,
-//! nothing Scribble detects) and by the control being caught.
+//! `--timeout`), `wrong-output`, `leak` or `keepalloc-violation` (the child names each broken
+//! check). Under an injected allocation failure (`nth`, `probability`) a crash, hang, leak or
+//! wrong output is a finding about ONNX Runtime and does not fail the command. The command
+//! fails ([`judge`]) on a broken keepalloc invariant (checked in the child: one owner, exact
+//! accounting, nothing Scribble detects, the sessions allocated through the owner); on any
+//! run that injects no allocation fault (`count`, `refuse-registrations`) ending other than
+//! `ok`, a crash or hang included; on a model without its count run or without a control; on
+//! a control not caught by its own signature (`owner-bypassed` alone, with the foreign
+//! allocator called); and on any harness error (`setup-error`, a result line missing), which
+//! is inconclusive, never a pass.
 //!
 //! Prints a table and writes JSON (`--json PATH`, default
 //! `target/fault-test/onnxruntime.json`): runtime, model, plan, outcome, replay command.
@@ -89,6 +95,11 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
     Ok(Some(o))
 }
 
+/// The kind the child gives its check "sessions ran but never allocated through the owner"
+/// (`runtimes/ort-fault/src/main.rs`): the negative control's signature, the only way a
+/// control run counts as caught.
+const OWNER_BYPASSED: &str = "owner-bypassed";
+
 /// One run, as written to the JSON file.
 #[derive(Serialize, Clone)]
 struct Run {
@@ -97,7 +108,12 @@ struct Run {
     plan: String,
     threads: usize,
     control: bool,
+    /// Whether the run's plan fails allocations (`nth`, `probability`); the `count`,
+    /// `refuse-registrations` and control runs inject none into ONNX Runtime.
+    faults_injected: bool,
     outcome: String,
+    /// With `keepalloc-violation`: the kind of each check the child found broken.
+    violations: Vec<String>,
     detail: String,
     /// The last stage the child reported (where a crash or hang happened).
     stage: String,
@@ -163,11 +179,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
             plan: "count".into(),
             ..count
         });
-        let Some(sites) = sites.filter(|_| count_ok) else {
-            eprintln!("fault-test: {name}: the count run did not succeed; skipping its plans");
-            continue;
+        // Without a count there are no sites to fail one by one; every other plan still
+        // runs (the control above all), and the failed count run fails the campaign.
+        let sites = match sites.filter(|_| count_ok) {
+            Some(sites) => {
+                eprintln!("fault-test: {name}: {sites} allocation sites");
+                sites
+            }
+            None => {
+                eprintln!(
+                    "fault-test: {name}: the count run did not succeed; no nth plans (the \
+                     campaign fails)"
+                );
+                0
+            }
         };
-        eprintln!("fault-test: {name}: {sites} allocation sites");
         for k in 1..=sites {
             runs.push(run_child(
                 &child,
@@ -223,13 +249,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let elapsed = started.elapsed();
 
     print_table(&runs);
-    let findings: Vec<&Run> = runs
-        .iter()
-        .filter(|r| !r.control && !matches!(r.outcome.as_str(), "ok" | "clean-error"))
-        .collect();
-    if !findings.is_empty() {
+    let names: Vec<String> = models.keys().cloned().collect();
+    let verdict = judge(&names, &runs);
+    if !verdict.findings.is_empty() {
         println!("\nfindings about ONNX Runtime (replay each in a fresh process):");
-        for r in &findings {
+        for &i in &verdict.findings {
+            let r = &runs[i];
             println!(
                 "  {:<24} {:<20} {:<13} stage {:<9} {}\n      {}",
                 r.model, r.plan, r.outcome, r.stage, r.detail, r.replay
@@ -249,48 +274,156 @@ pub fn run(args: &[String]) -> Result<(), String> {
         elapsed.as_secs_f64(),
         opts.json.display()
     );
-
-    let keepalloc_failures: Vec<&Run> = runs
-        .iter()
-        .filter(|r| {
-            !r.control
-                && matches!(
-                    r.outcome.as_str(),
-                    "keepalloc-violation" | "setup-error" | "unknown"
-                )
-        })
-        .collect();
-    let missed_controls: Vec<&Run> = runs
-        .iter()
-        .filter(|r| r.control && r.outcome != "keepalloc-violation")
-        .collect();
-    let mut problems = Vec::new();
-    for r in &keepalloc_failures {
-        problems.push(format!(
-            "{} {}: {} ({})\n  {}",
-            r.model, r.plan, r.outcome, r.detail, r.replay
-        ));
-    }
-    for r in &missed_controls {
-        problems.push(format!(
-            "the control was not caught on {}: {} ({})\n  {}",
-            r.model, r.outcome, r.detail, r.replay
-        ));
-    }
-    if problems.is_empty() {
-        println!(
-            "keepalloc: 0 invariant violations in {} runs; the control was caught in {} of {} runs",
-            runs.iter().filter(|r| !r.control).count(),
-            runs.iter().filter(|r| r.control).count(),
-            runs.iter().filter(|r| r.control).count()
-        );
+    println!("{}", verdict.summary());
+    if verdict.passed() {
         Ok(())
     } else {
         Err(format!(
             "ONNX Runtime campaign failed:\n{}",
-            problems.join("\n")
+            verdict.problems().join("\n")
         ))
     }
+}
+
+/// What the runs prove, decided from their records alone.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// Counted against keepalloc: a broken invariant, a run with no injected fault that did
+    /// not end `ok`, a control that ran clean (keepalloc's checks missed the bypass).
+    failures: Vec<String>,
+    /// Neither a pass nor a catch: a harness error, a missing run, a control that ended other
+    /// than by its signature.
+    inconclusive: Vec<String>,
+    /// ONNX Runtime's behaviour under an injected allocation failure (indices into the runs).
+    findings: Vec<usize>,
+    /// Runs that are not controls, and those of them that injected no fault.
+    checked: usize,
+    fault_free: usize,
+    controls: usize,
+    caught: usize,
+}
+
+impl Verdict {
+    fn passed(&self) -> bool {
+        self.failures.is_empty() && self.inconclusive.is_empty()
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let failures = self
+            .failures
+            .iter()
+            .map(|p| format!("against keepalloc: {p}"));
+        let inconclusive = self
+            .inconclusive
+            .iter()
+            .map(|p| format!("inconclusive: {p}"));
+        failures.chain(inconclusive).collect()
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "keepalloc: {} failures in {} runs ({} of them without an injected fault), {} \
+             inconclusive; the control was caught by its signature ({OWNER_BYPASSED}) in {} \
+             of {} runs",
+            self.failures.len(),
+            self.checked,
+            self.fault_free,
+            self.inconclusive.len(),
+            self.caught,
+            self.controls
+        )
+    }
+}
+
+/// ONNX Runtime's answers to an injected allocation failure that do not fail the campaign.
+const ORT_FINDINGS: [&str; 4] = ["crash", "hang", "wrong-output", "leak"];
+
+/// Decides the campaign over `models` from the runs.
+///
+/// - A run that injects no allocation fault (`count`, `refuse-registrations`) must end `ok`:
+///   a crash, hang, wrong output, leak, clean error or broken invariant there counts against
+///   keepalloc, since nothing was done to ONNX Runtime but to run it on the owner.
+/// - A run that does inject faults (`nth`, `probability`) passes with `ok` or `clean-error`,
+///   fails with `keepalloc-violation`, and a crash, hang, wrong output or leak is a finding
+///   about ONNX Runtime (docs/findings-onnxruntime.md).
+/// - Every model needs its `count` run (ok, with its allocation sites) and at least one
+///   control; a control counts as caught only by its own signature: `keepalloc-violation`
+///   with `owner-bypassed` as the only broken check, and the foreign allocator (the witness
+///   outside keepalloc's counters) called. A control that ran clean is a miss; one that ended
+///   in anything else is inconclusive.
+/// - Any other outcome (`setup-error`, `unknown`, `usage`, none) is inconclusive.
+fn judge(models: &[String], runs: &[Run]) -> Verdict {
+    let mut v = Verdict::default();
+    let what = |r: &Run| {
+        let violations = if r.violations.is_empty() {
+            String::new()
+        } else {
+            format!(" {:?}", r.violations)
+        };
+        format!(
+            "{} {}: {}{violations} ({})\n  {}",
+            r.model, r.plan, r.outcome, r.detail, r.replay
+        )
+    };
+    for (i, r) in runs.iter().enumerate() {
+        let known = ["ok", "clean-error", "keepalloc-violation"]
+            .into_iter()
+            .chain(ORT_FINDINGS)
+            .any(|o| o == r.outcome);
+        if r.control {
+            v.controls += 1;
+            let witnessed = r.figures["foreign_allocator_calls"]
+                .as_u64()
+                .is_some_and(|n| n > 0);
+            if r.outcome == "keepalloc-violation" && r.violations == [OWNER_BYPASSED] && witnessed {
+                v.caught += 1;
+            } else if r.outcome == "ok" {
+                v.failures
+                    .push(format!("the control was missed: {}", what(r)));
+            } else {
+                v.inconclusive.push(format!(
+                    "the control ended other than by its signature: {}",
+                    what(r)
+                ));
+            }
+            continue;
+        }
+        v.checked += 1;
+        if !known {
+            v.inconclusive.push(what(r));
+        } else if !r.faults_injected {
+            v.fault_free += 1;
+            if r.outcome != "ok" {
+                v.failures
+                    .push(format!("with no fault injected: {}", what(r)));
+            }
+        } else if r.outcome == "keepalloc-violation" {
+            v.failures.push(what(r));
+        } else if ORT_FINDINGS.contains(&r.outcome.as_str()) {
+            v.findings.push(i);
+        }
+    }
+    for model in models {
+        let of_model = |r: &&Run| r.model == *model;
+        match runs.iter().filter(of_model).find(|r| r.plan == "count") {
+            None => v.inconclusive.push(format!("{model}: no count run")),
+            Some(r) if r.outcome == "ok" => {
+                if r.figures["allocation_calls"].as_u64().unwrap_or(0) == 0 {
+                    v.inconclusive.push(format!(
+                        "{model}: the count run measured no allocation site"
+                    ));
+                }
+            }
+            // Judged above; its nth plans were not run.
+            Some(_) => {}
+        }
+        if !runs.iter().filter(of_model).any(|r| r.control) {
+            v.inconclusive.push(format!(
+                "{model}: no control run (nothing shows the checks can fail)"
+            ));
+        }
+    }
+    v
 }
 
 /// Builds `keepalloc-ort-child` (release) and returns its path.
@@ -372,7 +505,9 @@ fn run_child(
         },
         threads,
         control,
+        faults_injected: plan != "never",
         outcome: String::new(),
+        violations: Vec::new(),
         detail: String::new(),
         stage: String::new(),
         figures: serde_json::Value::Null,
@@ -429,6 +564,14 @@ fn run_child(
         (Some(_), Some(v)) => {
             run.outcome = v["outcome"].as_str().unwrap_or("unknown").to_owned();
             run.detail = v["detail"].as_str().unwrap_or("").to_owned();
+            run.violations = v["violations"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|k| k.as_str().unwrap_or("?").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
             run.figures = v;
         }
         (Some(status), None) => {
@@ -510,5 +653,175 @@ fn print_table(runs: &[Run]) {
             c[6],
             c[7]
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODELS: [&str; 2] = ["a", "b"];
+
+    fn run(model: &str, plan: &str, outcome: &str) -> Run {
+        let control = plan == "control";
+        let faults_injected = plan.starts_with("nth:") || plan.starts_with("probability:");
+        Run {
+            runtime: "onnxruntime",
+            model: model.into(),
+            plan: if control { "never".into() } else { plan.into() },
+            threads: 1,
+            control,
+            faults_injected,
+            outcome: outcome.into(),
+            violations: Vec::new(),
+            detail: String::new(),
+            stage: String::new(),
+            figures: if plan == "count" && outcome == "ok" {
+                serde_json::json!({ "allocation_calls": 2 })
+            } else {
+                serde_json::Value::Null
+            },
+            replay: String::new(),
+        }
+    }
+
+    /// The control caught by its own signature: the bypass check alone, and the foreign
+    /// allocator did receive the sessions' calls.
+    fn caught_control(model: &str) -> Run {
+        Run {
+            violations: vec![OWNER_BYPASSED.into()],
+            figures: serde_json::json!({ "foreign_allocator_calls": 2 }),
+            ..run(model, "control", "keepalloc-violation")
+        }
+    }
+
+    /// A full, passing campaign for one model.
+    fn model_runs(model: &str) -> Vec<Run> {
+        vec![
+            run(model, "count", "ok"),
+            run(model, "nth:1", "clean-error"),
+            run(model, "nth:2", "crash"),
+            run(model, "probability:0.25@1", "clean-error"),
+            run(model, "refuse-registrations:3", "ok"),
+            caught_control(model),
+        ]
+    }
+
+    fn models() -> Vec<String> {
+        MODELS.iter().map(|m| m.to_string()).collect()
+    }
+
+    fn all_runs() -> Vec<Run> {
+        MODELS.iter().flat_map(|m| model_runs(m)).collect()
+    }
+
+    #[test]
+    fn a_full_campaign_passes_and_an_ort_crash_under_a_fault_is_a_finding() {
+        let runs = all_runs();
+        let v = judge(&models(), &runs);
+        assert!(v.passed(), "{:?}", v.problems());
+        assert_eq!((v.caught, v.controls), (2, 2));
+        let crashes: Vec<&str> = v.findings.iter().map(|&i| runs[i].plan.as_str()).collect();
+        assert_eq!(crashes, ["nth:2", "nth:2"]);
+    }
+
+    #[test]
+    fn the_control_with_its_signature_is_caught() {
+        let v = judge(&models()[..1], &model_runs("a"));
+        assert!(v.passed(), "{:?}", v.problems());
+        assert_eq!((v.caught, v.controls), (1, 1));
+    }
+
+    #[test]
+    fn count_runs_that_all_crashed_fail_the_campaign() {
+        // What the old loop produced when every count run crashed: the count runs alone.
+        for outcome in ["crash", "hang"] {
+            let runs: Vec<Run> = MODELS.iter().map(|m| run(m, "count", outcome)).collect();
+            let v = judge(&models(), &runs);
+            assert!(!v.passed(), "{outcome}: {}", v.summary());
+            // Even with every other plan run, a crashed count run fails the campaign.
+            let mut runs = all_runs();
+            runs[0] = run("a", "count", outcome);
+            assert!(!judge(&models(), &runs).passed(), "{outcome}");
+        }
+    }
+
+    #[test]
+    fn a_crash_or_hang_without_an_injected_fault_counts_against_keepalloc() {
+        for outcome in ["crash", "hang", "wrong-output", "leak", "clean-error"] {
+            let mut runs = all_runs();
+            runs[4] = run("a", "refuse-registrations:3", outcome);
+            let v = judge(&models(), &runs);
+            assert!(!v.passed(), "{outcome}");
+            assert!(
+                v.findings.iter().all(|&i| i != 4),
+                "{outcome} became an ORT finding"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_control_runs_fail_the_campaign() {
+        let runs: Vec<Run> = all_runs().into_iter().filter(|r| !r.control).collect();
+        assert!(!judge(&models(), &runs).passed());
+        // One model's control is not another's.
+        let runs: Vec<Run> = all_runs()
+            .into_iter()
+            .filter(|r| !(r.control && r.model == "b"))
+            .collect();
+        assert!(!judge(&models(), &runs).passed());
+    }
+
+    #[test]
+    fn a_control_ending_in_another_failure_is_not_caught() {
+        let others = [
+            // keepalloc's own registration failed: exit 20, but not the control's signature.
+            Run {
+                violations: vec!["registration-failed".into()],
+                ..run("a", "control", "keepalloc-violation")
+            },
+            // Scribble found something besides the bypass.
+            Run {
+                violations: vec![OWNER_BYPASSED.into(), "scribble".into()],
+                figures: serde_json::json!({ "foreign_allocator_calls": 2 }),
+                ..run("a", "control", "keepalloc-violation")
+            },
+            // The signature without its witness: the other allocator was never called.
+            Run {
+                violations: vec![OWNER_BYPASSED.into()],
+                figures: serde_json::json!({ "foreign_allocator_calls": 0 }),
+                ..run("a", "control", "keepalloc-violation")
+            },
+            // An exit 20 from a child that names no check.
+            run("a", "control", "keepalloc-violation"),
+            run("a", "control", "setup-error"),
+            run("a", "control", "crash"),
+            run("a", "control", "hang"),
+            run("a", "control", "clean-error"),
+            run("a", "control", "ok"),
+        ];
+        for other in others {
+            let mut runs = all_runs();
+            runs[5] = other.clone();
+            let v = judge(&models(), &runs);
+            assert!(
+                !v.passed(),
+                "{} {:?} counted as caught",
+                other.outcome,
+                other.violations
+            );
+            assert_eq!((v.caught, v.controls), (1, 2), "{}", other.outcome);
+        }
+    }
+
+    #[test]
+    fn harness_errors_are_inconclusive_not_findings() {
+        for outcome in ["setup-error", "unknown", "usage", ""] {
+            let mut runs = all_runs();
+            runs[2] = run("a", "nth:2", outcome);
+            let v = judge(&models(), &runs);
+            assert!(!v.passed(), "{outcome:?}");
+            assert!(v.findings.is_empty() || v.findings == [8], "{outcome:?}");
+        }
     }
 }

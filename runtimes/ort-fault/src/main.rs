@@ -22,7 +22,11 @@
 //! ran did allocate through the owner.
 //!
 //! Last line on stdout: one JSON object. Exit codes: 0 ok, 10 clean-error, 11 wrong-output,
-//! 12 leak, 20 keepalloc invariant violated, 2 setup or usage error.
+//! 12 leak, 20 keepalloc invariant violated, 2 setup or usage error. With exit 20 the object's
+//! `violations` names each broken check by its kind (`owners`, `registrations`,
+//! `alloc-accounting`, `free-accounting`, `live-accounting`, `scribble`, `owner-bypassed`,
+//! and in the registration stage `registration-failed`, `different-allocators`,
+//! `refusal-count`, `register-calls`), so that a control is judged by its own signature.
 //!
 //! `--refuse-registrations K`: ONNX Runtime's `RegisterAllocator` refuses its first K calls
 //! (interposed at the OrtApi boundary, `keepalloc_onnxruntime::interpose`; the refusals are
@@ -33,7 +37,10 @@
 //! Negative control `--control foreign-allocator`: after keepalloc's registration, another
 //! CPU `OrtAllocator` (64-byte-aligned `aligned_alloc`) is registered on the env, which in ONNX Runtime 1.32
 //! replaces keepalloc's; the sessions' allocations then bypass the owner and the run must end
-//! with exit code 20.
+//! with exit code 20 and `violations: ["owner-bypassed"]` (the check "sessions ran but never
+//! allocated through the owner"), nothing else. `foreign_allocator_calls` counts the calls
+//! the other allocator received: the witness, independent of keepalloc's counters, that the
+//! sessions really allocated elsewhere.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -71,6 +78,10 @@ const EXIT_WRONG_OUTPUT: i32 = 11;
 const EXIT_LEAK: i32 = 12;
 const EXIT_KEEPALLOC: i32 = 20;
 const EXIT_SETUP: i32 = 2;
+
+/// The kind of the check "sessions ran but never allocated through the owner": the signature
+/// of the negative control (`xtask/src/ort_campaign.rs` names the same string).
+const OWNER_BYPASSED: &str = "owner-bypassed";
 
 struct Args {
     ort: PathBuf,
@@ -212,13 +223,13 @@ mod foreign {
 /// Registers keepalloc's owner on `env` from `args.threads` threads at once, each retrying a
 /// refused registration (at most 100 times); exits with 20 when keepalloc's rule is broken.
 fn register(args: &Args, env: &'static Env) {
-    let violation = |detail: String| -> ! {
+    let violation = |kind: &str, detail: String| -> ! {
         finish(
             Some(args),
             "keepalloc-violation",
             EXIT_KEEPALLOC,
             &detail,
-            serde_json::json!({}),
+            serde_json::json!({ "violations": [kind] }),
         )
     };
     let barrier = Barrier::new(args.threads);
@@ -252,17 +263,23 @@ fn register(args: &Args, env: &'static Env) {
                 contexts.push(context);
                 refused += r;
             }
-            Err(e) => violation(format!("registration failed: {e}")),
+            Err(e) => violation("registration-failed", format!("registration failed: {e}")),
         }
     }
     if contexts.iter().any(|&c| c != contexts[0]) {
-        violation(format!("callers got different allocators: {contexts:x?}"));
+        violation(
+            "different-allocators",
+            format!("callers got different allocators: {contexts:x?}"),
+        );
     }
     if refused != args.refusals {
-        violation(format!(
-            "{refused} callers saw a refusal, {} were injected",
-            args.refusals
-        ));
+        violation(
+            "refusal-count",
+            format!(
+                "{refused} callers saw a refusal, {} were injected",
+                args.refusals
+            ),
+        );
     }
     if args.refusals > 0 {
         let calls = interpose::register_calls();
@@ -270,15 +287,18 @@ fn register(args: &Args, env: &'static Env) {
         if calls.len() != args.refusals as usize + 1
             || calls.iter().any(|c| Some(c.allocator) != face)
         {
-            violation(format!(
-                "RegisterAllocator calls {calls:?}: expected {} with the face {face:x?}",
-                args.refusals + 1
-            ));
+            violation(
+                "register-calls",
+                format!(
+                    "RegisterAllocator calls {calls:?}: expected {} with the face {face:x?}",
+                    args.refusals + 1
+                ),
+            );
         }
     }
     let owners = CONSTRUCTED.load(Relaxed);
     if owners != 1 {
-        violation(format!("{owners} owners constructed"));
+        violation("owners", format!("{owners} owners constructed"));
     }
 }
 
@@ -391,7 +411,7 @@ fn main() {
     let owner_now = owner.allocator().stats();
     let face_now = face.stats();
     let violations = scribble.violations().len() + scribble.verify_quarantine();
-    let figures = serde_json::json!({
+    let mut figures = serde_json::json!({
         "allocation_calls": calls,
         "refused": refused,
         "face_allocs": face_now.allocs - base_face.allocs,
@@ -399,58 +419,80 @@ fn main() {
         "owner_allocations": owner_now.allocations - base_owner.allocations,
         "live_blocks_after": face_now.live_blocks - base_face.live_blocks,
         "live_bytes_after": face_now.live_bytes as i64 - base_face.live_bytes as i64,
+        "foreign_allocator_calls": foreign::CALLS.load(Relaxed),
     });
 
-    // keepalloc's invariants.
-    let mut broken = Vec::new();
+    // keepalloc's invariants, each broken one as (kind, detail).
+    let mut broken: Vec<(&str, String)> = Vec::new();
     if CONSTRUCTED.load(Relaxed) != 1 || OWNER.stats().owners_constructed != 1 {
-        broken.push(format!("{} owners constructed", CONSTRUCTED.load(Relaxed)));
+        broken.push((
+            "owners",
+            format!("{} owners constructed", CONSTRUCTED.load(Relaxed)),
+        ));
     }
     let registrations = OWNER
         .library_stats(keepalloc_onnxruntime::LIBRARY)
         .map_or(0, |s| s.init_successes);
     if registrations != 1 {
-        broken.push("not exactly one registration".into());
+        broken.push(("registrations", "not exactly one registration".into()));
     }
     let face_allocs = face_now.allocs - base_face.allocs;
     let face_frees = face_now.frees - base_face.frees;
     if owner_now.allocations - base_owner.allocations != face_allocs {
-        broken.push(format!(
-            "the face handed out {face_allocs} blocks, the owner made {}",
-            owner_now.allocations - base_owner.allocations
+        broken.push((
+            "alloc-accounting",
+            format!(
+                "the face handed out {face_allocs} blocks, the owner made {}",
+                owner_now.allocations - base_owner.allocations
+            ),
         ));
     }
     if owner_now.deallocations - base_owner.deallocations != face_frees {
-        broken.push(format!(
-            "the face took back {face_frees} blocks, the owner freed {}",
-            owner_now.deallocations - base_owner.deallocations
+        broken.push((
+            "free-accounting",
+            format!(
+                "the face took back {face_frees} blocks, the owner freed {}",
+                owner_now.deallocations - base_owner.deallocations
+            ),
         ));
     }
     let owner_live = owner_now.allocations as i64 - owner_now.deallocations as i64;
     if owner_live != face_now.live_blocks as i64 {
-        broken.push(format!(
-            "the owner holds {owner_live} blocks, the face's ledger {}",
-            face_now.live_blocks
+        broken.push((
+            "live-accounting",
+            format!(
+                "the owner holds {owner_live} blocks, the face's ledger {}",
+                face_now.live_blocks
+            ),
         ));
     }
     if violations != 0 {
-        broken.push(format!(
-            "Scribble found {violations} violations: {:?}",
-            scribble.violations()
+        broken.push((
+            "scribble",
+            format!(
+                "Scribble found {violations} violations: {:?}",
+                scribble.violations()
+            ),
         ));
     }
     if results.iter().any(Result::is_ok) && face_allocs + (face_now.nulls - base_face.nulls) == 0 {
-        broken.push(format!(
-            "sessions ran but never allocated through the owner ({} calls went to another allocator)",
-            foreign::CALLS.load(Relaxed)
+        broken.push((
+            OWNER_BYPASSED,
+            format!(
+                "sessions ran but never allocated through the owner ({} calls went to another allocator)",
+                foreign::CALLS.load(Relaxed)
+            ),
         ));
     }
     if !broken.is_empty() {
+        let kinds: Vec<&str> = broken.iter().map(|(kind, _)| *kind).collect();
+        let details: Vec<&str> = broken.iter().map(|(_, detail)| detail.as_str()).collect();
+        figures["violations"] = kinds.into();
         finish(
             Some(args),
             "keepalloc-violation",
             EXIT_KEEPALLOC,
-            &broken.join("; "),
+            &details.join("; "),
             figures,
         );
     }
