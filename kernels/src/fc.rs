@@ -320,8 +320,10 @@ impl FullyConnected {
 
     /// [`run`](Self::run) with an explicit thread count for this call (≥ 1): `threads > 1`
     /// runs on the [process pool](crate::process_pool), using at most `threads` of its
-    /// threads (the pool is started here if no operator with `threads > 1` started it
-    /// before). Bit-identical to a one-thread run.
+    /// threads (the others leave the job alone). The pool is started here if no operator
+    /// with `threads > 1` started it before: that first call starts threads and asks the OS
+    /// for the CPU count (through the global allocator, once). Bit-identical to a one-thread
+    /// run.
     pub fn run_with_threads(
         &self,
         batch: usize,
@@ -333,8 +335,9 @@ impl FullyConnected {
             0 => Err(KernelError::InvalidThreads),
             1 => self.execute(batch, input, output, None),
             t => {
-                let pool = pool::process_pool()?;
-                self.execute(batch, input, output, Some((pool, t)))
+                let pool = pool::Capped::new(pool::process_pool()?, t);
+                let threads = pool.threads();
+                self.execute(batch, input, output, Some((&pool, threads)))
             }
         }
     }

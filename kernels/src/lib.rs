@@ -15,8 +15,10 @@
 //! their stacks the C library's); [`FullyConnected::run_in`] runs on it, or on a runtime's
 //! own pool through the [`Parallel`] trait (a runtime's pthreadpool, the one it gives
 //! XNNPACK, through [`Pthreadpool`]); `FullyConnectedDesc::with_threads(t)` runs on
-//! the [`process_pool`] (one thread per CPU, started by the first such `create`, a static).
-//! No `run` starts a thread or allocates, at any thread count.
+//! the [`process_pool`] (one thread per CPU, started by the first such `create`, a static),
+//! using at most `t` of its threads. No `run` starts a thread or allocates, at any thread
+//! count, once the pool it runs on exists: `create` with `threads > 1` starts the process
+//! pool, and only a `run_with_threads(t > 1)` before any such `create` starts it itself.
 //!
 //! The operator is [`FullyConnected`]:
 //! `y[M][N] = clamp(x[M][K] · W[N][K]ᵀ + b[N], min, max)`, created from a

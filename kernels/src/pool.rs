@@ -88,6 +88,9 @@ const SPIN: Duration = Duration::from_millis(1);
 /// claim can succeed.
 const CLOSED: u64 = u32::MAX as u64;
 
+/// The low half of [`Shared::seats`] when every worker may join a job.
+const ALL_SEATS: u64 = u32::MAX as u64;
+
 /// Most tasks one `run` hands out at once (larger counts run in several rounds): the front
 /// and back claim indices are 16 bits each, and `0xffff` is reserved for [`CLOSED`].
 const MAX_ROUND: usize = 0xfffe;
@@ -129,6 +132,10 @@ struct Shared {
     /// on the caller's stack for the whole run), and its task count.
     job: AtomicUsize,
     tasks: AtomicUsize,
+    /// `(tag << 32) | seats`: how many more workers may join the job tagged `tag`, or
+    /// [`ALL_SEATS`] when every worker may (then no worker touches it). Written with the
+    /// job, before it is published.
+    seats: AtomicU64,
     /// Set once, by drop.
     shutdown: AtomicBool,
     /// Workers asleep on `wake` (the caller notifies only when there are some).
@@ -157,6 +164,7 @@ impl Shared {
             done: Padded(AtomicUsize::new(0)),
             job: AtomicUsize::new(0),
             tasks: AtomicUsize::new(0),
+            seats: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             caller_waiting: AtomicBool::new(false),
@@ -179,6 +187,27 @@ impl Shared {
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             let _l = self.lock();
             self.wake.notify_all();
+        }
+    }
+
+    /// Takes one of the seats of the job tagged `tag` (always granted when every worker may
+    /// join); false when the job has no seat left or is not the current one any more.
+    fn take_seat(&self, tag: u64) -> bool {
+        let mut v = self.seats.load(Ordering::Relaxed);
+        loop {
+            if v >> 32 != tag || v & ALL_SEATS == 0 {
+                return false;
+            }
+            if v & ALL_SEATS == ALL_SEATS {
+                return true;
+            }
+            match self
+                .seats
+                .compare_exchange_weak(v, v - 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => v = now,
+            }
         }
     }
 
@@ -290,7 +319,13 @@ thread_local! {
 /// * **Concurrent callers** are serialized: a `run` from a second thread waits until the
 ///   first has finished (both complete; a pool is shared, never errors). A `run` from
 ///   inside one of this pool's own tasks (a nested parallel section) runs its tasks inline
-///   on the calling thread instead of deadlocking.
+///   on the calling thread instead of deadlocking. Only direct nesting is seen: a task of
+///   pool A that runs on pool B, whose task runs on A again, waits for A's current run,
+///   which waits for it (a deadlock; do not nest pools in a cycle).
+/// * **A job may use fewer threads than the pool has**: the process pool behind
+///   `FullyConnectedDesc::with_threads(t)` gives each job seats for `t - 1` workers, and
+///   the others leave it alone (a job of every worker, the usual case, costs no extra
+///   atomic operation).
 /// * **Panics.** A task that panics is caught on whichever thread ran it; tasks not yet
 ///   started are skipped, the run waits for the tasks in flight, and then the first panic
 ///   is resumed on the thread that called `run` (so `run` panics with the task's own
@@ -424,9 +459,17 @@ impl Parallel for ThreadPool {
     }
 
     fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        self.run_ranges_with(self.shared().workers, tasks, task);
+    }
+}
+
+impl ThreadPool {
+    /// [`Parallel::run_ranges`] with at most `helpers` of the workers joining the caller.
+    fn run_ranges_with(&self, helpers: usize, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
         let s = self.shared();
         let me = self.shared.as_ptr() as usize;
-        if tasks <= 1 || s.workers == 0 || IN_TASK.get() == me {
+        let helpers = helpers.min(s.workers);
+        if tasks <= 1 || helpers == 0 || IN_TASK.get() == me {
             // One task, no workers, or a nested run from one of our own tasks: inline.
             let outer = IN_TASK.replace(me);
             let _restore = Restore(outer);
@@ -451,6 +494,12 @@ impl Parallel for ThreadPool {
                 Ordering::Relaxed,
             );
             s.tasks.store(round, Ordering::Relaxed);
+            let seats = if helpers == s.workers {
+                ALL_SEATS
+            } else {
+                helpers as u64
+            };
+            s.seats.store((tag << 32) | seats, Ordering::Relaxed);
             s.done.0.store(0, Ordering::Relaxed);
             s.publish(state_of(tag, 0, round));
             s.work(tag, job, round, false);
@@ -477,6 +526,43 @@ impl Parallel for ThreadPool {
         if let Some(payload) = panic {
             resume_unwind(payload);
         }
+    }
+}
+
+/// A [`ThreadPool`] used with at most `threads` of its threads, the caller included: a job
+/// gives seats to `threads - 1` workers, and the others leave it alone (the process pool
+/// behind `FullyConnectedDesc::with_threads(t)` has one thread per CPU, and a run asked for
+/// `t` must not spread over all of them).
+pub(crate) struct Capped<'a> {
+    pool: &'a ThreadPool,
+    threads: usize,
+}
+
+impl<'a> Capped<'a> {
+    /// `pool` with at most `threads` threads (at least 1, at most the pool's).
+    pub(crate) fn new(pool: &'a ThreadPool, threads: usize) -> Capped<'a> {
+        Capped {
+            pool,
+            threads: threads.clamp(1, pool.threads()),
+        }
+    }
+}
+
+impl Parallel for Capped<'_> {
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.run_ranges(tasks, &|r: Range<usize>| {
+            for i in r {
+                task(i);
+            }
+        });
+    }
+
+    fn run_ranges(&self, tasks: usize, task: &(dyn Fn(Range<usize>) + Sync)) {
+        self.pool.run_ranges_with(self.threads - 1, tasks, task);
     }
 }
 
@@ -561,6 +647,12 @@ fn worker(s: &Shared) {
         fence(Ordering::Acquire);
         let again = s.state.0.load(Ordering::Relaxed);
         if again >> 32 != seen || again & CLOSED == CLOSED || first & CLOSED == CLOSED {
+            continue;
+        }
+        // A job that may use fewer threads than the pool has: the workers past its seats
+        // leave it to the others (it is complete without them: the caller claims whatever
+        // nobody else takes).
+        if !s.take_seat(seen) {
             continue;
         }
         // `job` is the address of the caller's `&dyn Fn` for tag `seen`; `work` dereferences
@@ -730,4 +822,46 @@ pub fn process_pool() -> Result<&'static ThreadPool, KernelError> {
         )?
     };
     Ok(PROCESS.get_or_init(|| pool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Capped, Parallel, ThreadPool};
+    use keepalloc_allocators::{AllocatorTable, System};
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    static TABLE: AllocatorTable = AllocatorTable::for_allocator(&System);
+
+    /// The distinct threads that ran the 48 tasks of one run on `pool`, each task asleep for
+    /// a millisecond (sleeping, so every thread gets a core on a small machine).
+    fn threads_used(pool: &dyn Parallel) -> usize {
+        let seen = Mutex::new(HashSet::new());
+        pool.run_ranges(48, &|r| {
+            for _ in r {
+                seen.lock().unwrap().insert(std::thread::current().id());
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        seen.into_inner().unwrap().len()
+    }
+
+    #[test]
+    fn a_capped_pool_runs_a_job_on_at_most_its_threads() {
+        let pool = ThreadPool::with_table(&TABLE, 4).unwrap();
+        // The whole pool: more than two threads take part (the control for the cap).
+        assert!(threads_used(&pool) > 2);
+        for cap in [1, 2, 3] {
+            let capped = Capped::new(&pool, cap);
+            assert_eq!(capped.threads(), cap);
+            for _ in 0..3 {
+                let used = threads_used(&capped);
+                assert!(used <= cap, "cap {cap}: {used} threads ran tasks");
+            }
+        }
+        // And the pool is whole again afterwards.
+        assert!(threads_used(&pool) > 2);
+        assert_eq!(Capped::new(&pool, 0).threads(), 1);
+        assert_eq!(Capped::new(&pool, 64).threads(), 4);
+    }
 }

@@ -193,8 +193,10 @@ pub(crate) struct Problem {
     pub max: f32,
 }
 
-// SAFETY: a `Problem` is handed to scoped worker threads that write disjoint column ranges
-// of C and only read A and the packed weights, all of which outlive the scope.
+// SAFETY: a `Problem` is handed to the threads of a `Parallel` (a pool's workers, a
+// runtime's threads), which write disjoint row and column ranges of C and only read A and
+// the packed weights; all of them outlive the run, since `run_ranges` returns only after
+// every range has (the `Parallel` contract).
 unsafe impl Send for Problem {}
 // SAFETY: as above; `&Problem` only exposes the pointers to copy them.
 unsafe impl Sync for Problem {}
