@@ -38,6 +38,7 @@ fn bench_backend<A: Allocator + Sync + 'static>(c: &mut Criterion, name: &str, a
                 // SAFETY: the table comes from `for_allocator`; the block is freed once.
                 unsafe {
                     let p = alloc(table.context(), black_box(size));
+                    assert!(!p.is_null(), "allocation");
                     free(table.context(), black_box(p));
                 }
             })
@@ -54,6 +55,7 @@ fn bench_backend<A: Allocator + Sync + 'static>(c: &mut Criterion, name: &str, a
                     // SAFETY: as above.
                     unsafe {
                         let p = alloc(table.context(), 64, black_box(size));
+                        assert!(!p.is_null(), "allocation");
                         free(table.context(), black_box(p));
                     }
                 })

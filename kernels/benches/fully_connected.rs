@@ -44,16 +44,48 @@ fn fully_connected(c: &mut Criterion) {
             group.bench_function(format!("{m}x{k}x{n}"), |b| {
                 b.iter(|| op.run(m, black_box(&x), black_box(&mut y)).unwrap())
             });
+            check(&format!("{isa} {m}x{k}x{n}"), (m, k, n), &x, &w, &bias, &y);
         }
         group.finish();
+    }
+}
+
+/// Panics unless `y` (what the timed runs wrote) is `x · wᵀ + bias` within f32 rounding: a
+/// bench of a wrong kernel must not report a speed.
+fn check(
+    what: &str,
+    (m, k, n): (usize, usize, usize),
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    y: &[f32],
+) {
+    for r in 0..m {
+        for c in 0..n {
+            let (mut sum, mut magnitude) = (f64::from(bias[c]), f64::from(bias[c]).abs());
+            for i in 0..k {
+                let p = f64::from(x[r * k + i]) * f64::from(w[c * k + i]);
+                sum += p;
+                magnitude += p.abs();
+            }
+            // Each of the K + 1 f32 additions rounds by at most half an ulp of the sum so far.
+            let tol = (k + 1) as f64 * f64::from(f32::EPSILON) * magnitude + 1e-6;
+            let got = f64::from(y[r * n + c]);
+            assert!(
+                (got - sum).abs() <= tol,
+                "{what}: y[{r}][{c}] = {got}, want {sum} ± {tol}"
+            );
+        }
     }
 }
 
 fn create(c: &mut Criterion) {
     let (k, n) = (1024, 1024);
     let w = vec![0.25f32; k * n];
+    // Creating only: each operator is dropped (its block freed through the table) outside
+    // the timed part.
     c.bench_function("create/1024x1024", |b| {
-        b.iter(|| {
+        b.iter_with_large_drop(|| {
             FullyConnected::create_with_table(&TABLE, &FullyConnectedDesc::new(k, n, black_box(&w)))
                 .unwrap()
         })
