@@ -23,7 +23,8 @@
 //!
 //! static ALLOCATOR: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
 //!
-//! let ort = OnnxRuntime::load(None)?;                     // $ORT_DYLIB_PATH
+//! // SAFETY: $ORT_DYLIB_PATH is this application's ONNX Runtime (1.22 or later).
+//! let ort = unsafe { OnnxRuntime::load(None) }?;          // $ORT_DYLIB_PATH
 //! let env = Env::create(ort, c"app")?;
 //! register_env_allocator(&ALLOCATOR, env)?;               // once; retry on error
 //! let session = Session::new(env, "model.onnx".as_ref(), SessionConfig::default())?;
@@ -33,6 +34,7 @@
 #![deny(missing_docs)]
 
 mod env_allocator;
+mod intern;
 pub mod interpose;
 pub mod manifest;
 mod register;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use ort_sys::{OrtApi, OrtApiBase, OrtStatusPtr};
 
 use crate::OrtError;
+use crate::intern::Interned;
 
 /// The OrtApi version this crate asks for: the version of the header `ort-sys` was generated
 /// from. Every later ONNX Runtime serves it (the OrtApi struct only grows at its end), so the
@@ -13,7 +14,8 @@ use crate::OrtError;
 pub const ORT_API_VERSION: u32 = ort_sys::ORT_API_VERSION;
 
 /// A loaded ONNX Runtime library and its C API table. Loaded once and kept for the life of
-/// the process ([`OnnxRuntime::load`] leaks it): ONNX Runtime keeps pointers into itself
+/// the process ([`OnnxRuntime::load`] leaks it, [`OnnxRuntime::from_api_base`] keeps one per
+/// `OrtApiBase`): ONNX Runtime keeps pointers into itself
 /// (and into our allocator) in process-wide state, so unloading it is never safe.
 pub struct OnnxRuntime {
     path: PathBuf,
@@ -37,21 +39,33 @@ impl core::fmt::Debug for OnnxRuntime {
 impl OnnxRuntime {
     /// Opens the ONNX Runtime shared library at `path`, or at `$ORT_DYLIB_PATH` when `path`
     /// is `None`, and gets its OrtApi for [`ORT_API_VERSION`].
-    pub fn load(path: Option<&Path>) -> Result<&'static OnnxRuntime, OrtError> {
+    ///
+    /// Loading runs the library's initializers, and the functions it exports are then called
+    /// with ONNX Runtime's signatures: nothing here can check that the file is ONNX Runtime
+    /// (a missing `OrtGetApiBase` or a NULL OrtApi is caught, a lookalike is not). Each call
+    /// keeps the loaded library and a small struct for the life of the process.
+    ///
+    /// # Safety
+    /// `path` (or `$ORT_DYLIB_PATH` when `path` is `None`) is an ONNX Runtime shared library
+    /// of a supported version (one that serves OrtApi version [`ORT_API_VERSION`]: ONNX Runtime
+    /// 1.22 and later), or a file that fails to load or lacks `OrtGetApiBase`: its
+    /// initializers are safe to run in this process, its `OrtGetApiBase` is ONNX Runtime's,
+    /// and the file is not changed while it is loaded.
+    pub unsafe fn load(path: Option<&Path>) -> Result<&'static OnnxRuntime, OrtError> {
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => std::env::var_os("ORT_DYLIB_PATH")
                 .map(PathBuf::from)
                 .ok_or(OrtError::NoLibrary)?,
         };
-        // SAFETY: loading runs the library's initializers; ONNX Runtime's are ordinary C++ static constructors with no preconditions on the loading process.
+        // SAFETY: loading runs the library's initializers; the caller promises `path` is ONNX Runtime (or does not load), whose initializers are ordinary C++ static constructors with no preconditions on the loading process.
         let library = unsafe { libloading::Library::new(&path) }.map_err(|e| OrtError::Load {
             path: path.clone(),
             message: e.to_string(),
         })?;
         type GetApiBase = unsafe extern "C" fn() -> *const OrtApiBase;
         let get_api_base =
-            // SAFETY: `OrtGetApiBase` has this signature in every ONNX Runtime release (it is the one stable entry point of the C API).
+            // SAFETY: the caller promises the library is ONNX Runtime, whose `OrtGetApiBase` has this signature in every release (it is the one stable entry point of the C API).
             unsafe { library.get::<GetApiBase>(b"OrtGetApiBase\0") }.map_err(|e| {
                 OrtError::Load {
                     path: path.clone(),
@@ -60,37 +74,46 @@ impl OnnxRuntime {
             })?;
         // SAFETY: the function takes no argument and returns a pointer to a static struct.
         let base = unsafe { get_api_base() };
-        // SAFETY: `base` is NULL or the library's static OrtApiBase, which lives as long as the library, kept (with the OnnxRuntime) for the life of the process.
-        unsafe { Self::from_base(base, path, Some(library)) }
+        // SAFETY: `base` is NULL or the library's static OrtApiBase, which lives as long as the library, kept (with the leaked OnnxRuntime) for the life of the process.
+        let runtime = unsafe { Self::from_base(base, path, Some(library)) }?;
+        Ok(Box::leak(Box::new(runtime)))
     }
 
     /// The ONNX Runtime an application already has (linked, or loaded itself): `base` is what
     /// its `OrtGetApiBase()` returned. This is how the C API (`keepalloc_ort_register`) meets
     /// the caller's runtime. Fails with [`OrtError::Load`] when `base` is NULL or the runtime
-    /// does not serve [`ORT_API_VERSION`]. Each call leaks one small struct (the runtime is
-    /// kept for the life of the process, as ONNX Runtime keeps our allocator).
+    /// does not serve [`ORT_API_VERSION`]. The first successful call for a given `base` keeps
+    /// one small struct for the life of the process (as ONNX Runtime keeps our allocator);
+    /// every later call with the same `base` returns that same `&'static OnnxRuntime` and
+    /// allocates nothing (`keepalloc_ort_register` may be called any number of times). A
+    /// failed call keeps nothing.
     ///
     /// # Safety
     /// `base` is NULL or the `OrtApiBase` of an ONNX Runtime that stays loaded for the rest of
     /// the process.
     pub unsafe fn from_api_base(base: *const OrtApiBase) -> Result<&'static OnnxRuntime, OrtError> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            Self::from_base(
-                base,
-                PathBuf::from("(the application's ONNX Runtime)"),
-                None,
-            )
-        }
+        static APPLICATION_RUNTIMES: Interned<OnnxRuntime> = Interned::new();
+        APPLICATION_RUNTIMES.get_or_try_insert((base as usize, 0), || {
+            // SAFETY: the caller's contract.
+            unsafe {
+                Self::from_base(
+                    base,
+                    PathBuf::from("(the application's ONNX Runtime)"),
+                    None,
+                )
+            }
+        })
     }
 
     /// # Safety
-    /// `base` is NULL or an `OrtApiBase` that lives for the rest of the process.
+    /// `base` is NULL or an `OrtApiBase` that lives for the rest of the process (the returned
+    /// runtime refers to it and to its OrtApi, so it must be kept for the rest of the process
+    /// too, and with it `library`).
     unsafe fn from_base(
         base: *const OrtApiBase,
         path: PathBuf,
         library: Option<libloading::Library>,
-    ) -> Result<&'static OnnxRuntime, OrtError> {
+    ) -> Result<OnnxRuntime, OrtError> {
         if base.is_null() {
             return Err(OrtError::Load {
                 path,
@@ -115,13 +138,13 @@ impl OnnxRuntime {
         }
         // SAFETY: non-NULL; the OrtApi is a static table inside the library, which stays loaded (the caller's contract, or the library kept in the leaked OnnxRuntime).
         let api = unsafe { &*api };
-        Ok(Box::leak(Box::new(OnnxRuntime {
+        Ok(OnnxRuntime {
             path,
             version,
             base,
             api,
             _library: library,
-        })))
+        })
     }
 
     /// The `OrtApiBase` (what `OrtGetApiBase()` returns): what a C caller passes to

@@ -11,6 +11,7 @@ use ort_sys::{
 };
 
 use crate::OrtError;
+use crate::intern::Interned;
 use crate::runtime::OnnxRuntime;
 
 /// The session config entry that makes a session use the allocators registered on its env.
@@ -51,7 +52,9 @@ impl Env {
     }
 
     /// An env the application created itself (`CreateEnv` on `runtime`), kept for the life of
-    /// the process like one [`Env::create`] made. Returns `None` for NULL.
+    /// the process like one [`Env::create`] made. Returns `None` for NULL. The first call for a
+    /// given `runtime` and `env` keeps one small struct for the life of the process; every
+    /// later call with the same pair returns that same `&'static Env` and allocates nothing.
     ///
     /// # Safety
     /// `env` is NULL or a live `OrtEnv` of `runtime` that is never released (ONNX Runtime
@@ -61,10 +64,12 @@ impl Env {
         runtime: &'static OnnxRuntime,
         env: *mut OrtEnv,
     ) -> Option<&'static Env> {
+        static APPLICATION_ENVS: Interned<Env> = Interned::new();
         if env.is_null() {
             return None;
         }
-        Some(Box::leak(Box::new(Env { runtime, env })))
+        let key = (runtime as *const OnnxRuntime as usize, env as usize);
+        Some(APPLICATION_ENVS.get_or_insert(key, || Env { runtime, env }))
     }
 
     /// The raw env pointer.
