@@ -6,6 +6,11 @@
 //! PLAN: never | nth:N | from:N | probability:P@SEED | budget:BYTES
 //! ```
 //!
+//! `LIB` must be an ONNX Runtime shared library of a supported version (it is loaded and its
+//! functions called with ONNX Runtime's signatures; see `OnnxRuntime::load`'s safety
+//! contract): `cargo xtask fault-test` passes the one `cargo xtask runtimes` unpacked from
+//! the pinned, hash-checked wheel.
+//!
 //! keepalloc's owner (`Failing<Scribble<System>>` under a `GlobalProvider`) is registered on
 //! the env as ONNX Runtime's CPU allocator; a reference output is computed first on ONNX
 //! Runtime's own allocator (`session.use_env_allocators=0`, untouched by the plan); then the
@@ -318,7 +323,11 @@ fn main() {
         )
     };
     stage("load");
-    let real = OnnxRuntime::load(Some(&args.ort)).unwrap_or_else(|e| setup("load", e.to_string()));
+    // SAFETY: `--ort` is an ONNX Runtime library by this binary's contract (module docs):
+    // `cargo xtask fault-test` passes the one its manifest names, libonnxruntime.so from the
+    // pinned wheel `cargo xtask runtimes` hash-checked.
+    let real = unsafe { OnnxRuntime::load(Some(&args.ort)) }
+        .unwrap_or_else(|e| setup("load", e.to_string()));
     let ort = if args.refusals > 0 {
         interpose::refusing_registrations(real, args.refusals).1
     } else {

@@ -138,14 +138,27 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, Xnnpack
 impl Xnnpack {
     /// Loads the XNNPACK at `path` (a file name such as `libXNNPACK.so.0` is searched the
     /// usual way), built from the `xnnpack.h` of `generation`, and never unloads it.
-    pub fn load(
+    ///
+    /// Loading runs the library's constructors, and its exported functions are then called
+    /// with the signatures of `generation`'s header: nothing here can check that the file is
+    /// XNNPACK (a missing symbol, or `xnn_reshape_fully_connected_nc_f32` present or absent
+    /// against `generation`, is caught; a lookalike is not).
+    ///
+    /// # Safety
+    /// `path` is an XNNPACK shared library (or a library that embeds and exports XNNPACK's C
+    /// API, such as ExecuTorch's XNNPACK backend), or a file that fails to load or lacks one
+    /// of the symbols: its constructors are safe to run in this process, its `xnn_*` functions
+    /// are XNNPACK's with the signatures of the `xnnpack.h` of `generation` (Debian's
+    /// 2022-02-16 header for [`Generation::Debian2022`], google/XNNPACK's 2025-06 to 2026-08
+    /// header for [`Generation::Current`]), and the file is not changed while it is loaded.
+    pub unsafe fn load(
         path: &Path,
         generation: Generation,
         namespace: Namespace,
     ) -> Result<&'static Xnnpack, XnnpackError> {
         let name = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| XnnpackError::Load(path.to_path_buf(), "NUL in path".into()))?;
-        // SAFETY: NUL-terminated name; loading runs the library's constructors, which is what loading it means (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate exists to detect).
+        // SAFETY: NUL-terminated name; loading runs the library's constructors, which the caller promises are XNNPACK's (or its embedder's) and safe to run here (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate exists to detect).
         let handle = unsafe {
             match namespace {
                 Namespace::Default => dlopen(name.as_ptr(), RTLD_NOW | RTLD_LOCAL),
@@ -175,7 +188,7 @@ impl Xnnpack {
                 expected: generation,
             });
         }
-        // SAFETY: (every symbol below) each is the XNNPACK function of that name, whose C signature in the `xnnpack.h` of `generation` is the type it is stored as: `xnn_initialize(const struct xnn_allocator*)`, `xnn_run_operator(op, threadpool)` and `xnn_delete_operator(op)` are the same in both; the fully-connected functions are checked against Debian's 2022-02-16 header and google/XNNPACK's header from 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports functions added in 2026-03, so it is inside it).
+        // SAFETY: (every symbol below) each is the XNNPACK function of that name (the caller's promise), whose C signature in the `xnnpack.h` of `generation` is the type it is stored as: `xnn_initialize(const struct xnn_allocator*)`, `xnn_run_operator(op, threadpool)` and `xnn_delete_operator(op)` are the same in both; the fully-connected functions are checked against Debian's 2022-02-16 header and google/XNNPACK's header from 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports functions added in 2026-03, so it is inside it).
         let fc = unsafe {
             match generation {
                 Generation::Debian2022 => FcApi::Debian2022 {

@@ -181,7 +181,10 @@ fn run_scenario(name: &str) {
     match name {
         "debian-fresh" | "debian-preinitialized" => {
             let path = debian_path().expect("checked by the parent");
-            let xnn = Xnnpack::load(&path, Generation::Debian2022, Namespace::Default).unwrap();
+            // SAFETY: Debian's libxnnpack-dev library at its packaged path, built from the
+            // 2022-02-16 xnnpack.h that Generation::Debian2022 describes.
+            let xnn = unsafe { Xnnpack::load(&path, Generation::Debian2022, Namespace::Default) }
+                .unwrap();
             if name == "debian-fresh" {
                 scenario_adopted(xnn);
             } else {
@@ -197,7 +200,11 @@ fn run_scenario(name: &str) {
             } else {
                 Namespace::New
             };
-            let xnn = Xnnpack::load(&rt.executorch_xnnpack, Generation::Current, ns).unwrap();
+            // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote:
+            // ExecuTorch 1.5.1's XNNPACK backend from its pinned, sha256-checked wheel, which
+            // exports the current xnnpack.h API (Generation::Current).
+            let xnn =
+                unsafe { Xnnpack::load(&rt.executorch_xnnpack, Generation::Current, ns) }.unwrap();
             scenario_not_adopted(xnn);
         }
         other => panic!("unknown scenario {other}"),
@@ -288,17 +295,23 @@ fn executorch_xnnpack_is_reported_not_adopted() {
 #[test]
 fn a_2022_library_is_refused_as_current_and_vice_versa() {
     if let Some(debian) = debian_path() {
-        let e = Xnnpack::load(&debian, Generation::Current, Namespace::New).unwrap_err();
+        // SAFETY: Debian's XNNPACK (constructors safe to run); the wrong generation is refused
+        // before any of its functions is called.
+        let e = unsafe { Xnnpack::load(&debian, Generation::Current, Namespace::New) }.unwrap_err();
         assert!(matches!(e, XnnpackError::Generation { .. }), "{e}");
     } else if ci() {
         panic!("CI=true and libxnnpack-dev is not installed");
     }
     if let Ok(rt) = keepalloc_onnxruntime::manifest::load() {
-        let e = Xnnpack::load(
-            &rt.executorch_xnnpack,
-            Generation::Debian2022,
-            Namespace::New,
-        )
+        // SAFETY: the manifest's ExecuTorch XNNPACK backend (pinned, sha256-checked wheel);
+        // the wrong generation is refused before any of its functions is called.
+        let e = unsafe {
+            Xnnpack::load(
+                &rt.executorch_xnnpack,
+                Generation::Debian2022,
+                Namespace::New,
+            )
+        }
         .unwrap_err();
         assert!(matches!(e, XnnpackError::Generation { .. }), "{e}");
     }
