@@ -181,8 +181,7 @@ fn run_scenario(name: &str) {
     match name {
         "debian-fresh" | "debian-preinitialized" => {
             let path = debian_path().expect("checked by the parent");
-            // SAFETY: Debian's libxnnpack-dev library at its packaged path, built from the
-            // 2022-02-16 xnnpack.h that Generation::Debian2022 describes.
+            // SAFETY: Debian's libxnnpack-dev library at its packaged path, built from the 2022-02-16 xnnpack.h that Generation::Debian2022 describes.
             let xnn = unsafe { Xnnpack::load(&path, Generation::Debian2022, Namespace::Default) }
                 .unwrap();
             if name == "debian-fresh" {
@@ -200,10 +199,8 @@ fn run_scenario(name: &str) {
             } else {
                 Namespace::New
             };
-            // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote:
-            // ExecuTorch 1.5.1's XNNPACK backend from its pinned, sha256-checked wheel, which
-            // exports the current xnnpack.h API (Generation::Current).
             let xnn =
+                // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: ExecuTorch 1.5.1's XNNPACK backend from its pinned, sha256-checked wheel, which exports the current xnnpack.h API (Generation::Current).
                 unsafe { Xnnpack::load(&rt.executorch_xnnpack, Generation::Current, ns) }.unwrap();
             scenario_not_adopted(xnn);
         }
@@ -295,16 +292,14 @@ fn executorch_xnnpack_is_reported_not_adopted() {
 #[test]
 fn a_2022_library_is_refused_as_current_and_vice_versa() {
     if let Some(debian) = debian_path() {
-        // SAFETY: Debian's XNNPACK (constructors safe to run); the wrong generation is refused
-        // before any of its functions is called.
+        // SAFETY: Debian's XNNPACK (constructors safe to run); the wrong generation is refused before any of its functions is called.
         let e = unsafe { Xnnpack::load(&debian, Generation::Current, Namespace::New) }.unwrap_err();
         assert!(matches!(e, XnnpackError::Generation { .. }), "{e}");
     } else if ci() {
         panic!("CI=true and libxnnpack-dev is not installed");
     }
     if let Ok(rt) = keepalloc_onnxruntime::manifest::load() {
-        // SAFETY: the manifest's ExecuTorch XNNPACK backend (pinned, sha256-checked wheel);
-        // the wrong generation is refused before any of its functions is called.
+        // SAFETY: the manifest's ExecuTorch XNNPACK backend (pinned, sha256-checked wheel); the wrong generation is refused before any of its functions is called.
         let e = unsafe {
             Xnnpack::load(
                 &rt.executorch_xnnpack,
@@ -314,5 +309,7 @@ fn a_2022_library_is_refused_as_current_and_vice_versa() {
         }
         .unwrap_err();
         assert!(matches!(e, XnnpackError::Generation { .. }), "{e}");
+    } else if ci() {
+        panic!("CI=true and no runtimes manifest: run `cargo xtask runtimes`");
     }
 }
