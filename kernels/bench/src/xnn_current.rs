@@ -532,8 +532,7 @@ impl Bf16Fc {
         assert!(x.len() * 2 >= g.m * g.k * 2 + EXTRA_BYTES && y.len() >= g.m * g.n);
         let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
         if self.2 != bound {
-            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup,
-            // which runs whenever either pointer changes.
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, which runs whenever either pointer changes.
             check("setup bf16_f32", unsafe {
                 (self.0.xnn.setup_bf16)(self.0.op, x.as_ptr().cast(), y.as_mut_ptr())
             })?;
@@ -587,8 +586,7 @@ impl F32Qc8wFc {
         assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
         let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
         if self.2 != bound {
-            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup,
-            // which runs whenever either pointer changes.
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, which runs whenever either pointer changes.
             check("setup f32_qc8w", unsafe {
                 (self.0.xnn.setup_qc8w)(self.0.op, x.as_ptr(), y.as_mut_ptr())
             })?;
@@ -679,9 +677,7 @@ impl Qd8Fc {
         let g = self.g;
         assert!(x.len() * 4 >= g.m * g.k * 4 + EXTRA_BYTES && y.len() >= g.m * g.n);
         if self.bound.0 != x.as_ptr().cast() {
-            // SAFETY: the buffers hold what the reshaped operator reads and writes (sizes
-            // asserted or allocated for `g`); they stay bound until the next setup, which
-            // runs whenever `x` changes (the other three are this object's, never moved).
+            // SAFETY: the buffers hold what the reshaped operator reads and writes (sizes asserted or allocated for `g`); they stay bound until the next setup, which runs whenever `x` changes (the other three are this object's, never moved).
             unsafe {
                 check(
                     "setup convert f32_qd8",
@@ -710,9 +706,7 @@ impl Qd8Fc {
     ) -> Result<(), String> {
         assert!(y.len() >= self.g.m * self.g.n);
         if self.bound.1 != y.as_mut_ptr().cast() {
-            // SAFETY: `q` and `params` point into this object's padded buffers (never moved);
-            // `y` holds m × n floats; the workspace has the size reshape asked for; they stay
-            // bound until the next setup, which runs whenever `y` changes.
+            // SAFETY: `q` and `params` point into this object's padded buffers (never moved); `y` holds m × n floats; the workspace has the size reshape asked for; they stay bound until the next setup, which runs whenever `y` changes.
             unsafe {
                 check(
                     "setup qd8_f32_qc8w",

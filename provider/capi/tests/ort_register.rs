@@ -86,8 +86,7 @@ fn register_from_c_retries_a_refused_registration_with_the_same_owner() {
     let Some(rt) = manifest::for_test("register_from_c_retries_a_refused_registration") else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so
-    // from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
     let ort = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.expect("load ONNX Runtime");
     let env = Env::create(ort, c"keepalloc-capi-ort").expect("CreateEnv");
 

@@ -126,9 +126,7 @@ static BASE: OrtApiBase = OrtApiBase {
 
 fn register(env: *mut OrtEnv) -> (KeepallocStatus, KeepallocHookResult) {
     let mut hook = KeepallocHookResult::Threw;
-    // SAFETY: BASE serves a copy of the real, loaded runtime's OrtApi (never unloaded); `env`
-    // is the runtime's live env, never released, or (the other-env phase) an address that is
-    // only compared, since the registration's once is complete by then.
+    // SAFETY: BASE serves a copy of the real, loaded runtime's OrtApi (never unloaded); `env` is the runtime's live env, never released, or (the other-env phase) an address that is only compared, since the registration's once is complete by then.
     let status = unsafe { keepalloc_ort_register(&BASE, env, &mut hook) };
     (status, hook)
 }
@@ -177,8 +175,7 @@ fn repeated_registration_allocates_nothing_new() {
     let Some(rt) = manifest::for_test("repeated_registration_allocates_nothing_new") else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: the pinned,
-    // hash-checked onnxruntime wheel's libonnxruntime.so, a supported ONNX Runtime.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: the pinned, hash-checked onnxruntime wheel's libonnxruntime.so, a supported ONNX Runtime.
     let ort = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.expect("load ONNX Runtime");
     REAL.set(ort).unwrap();
     let mut api = *ort.api();

@@ -18,8 +18,7 @@ fn loading_something_that_is_not_onnx_runtime_is_a_typed_error() {
         .unwrap_err();
     assert!(matches!(missing, OrtError::Load { .. }), "{missing}");
     // A real shared library without OrtGetApiBase.
-    // SAFETY: glibc's libm, already loaded into every Rust process (its initializers have run),
-    // exports no OrtGetApiBase: the lookup fails and nothing of it is called.
+    // SAFETY: glibc's libm, already loaded into every Rust process (its initializers have run), exports no OrtGetApiBase: the lookup fails and nothing of it is called.
     let libm = unsafe { OnnxRuntime::load(Some(Path::new("libm.so.6"))) }.unwrap_err();
     assert!(
         matches!(&libm, OrtError::Load { message, .. } if message.contains("OrtGetApiBase")),
@@ -32,8 +31,7 @@ fn bad_models_and_inputs_are_typed_errors() {
     let Some(rt) = manifest::for_test("bad_models_and_inputs_are_typed_errors") else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so
-    // from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
     let ort = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.unwrap();
     let env = Env::create(ort, c"keepalloc-errors").unwrap();
     let config = SessionConfig {
@@ -80,8 +78,7 @@ fn registration_runs_after_a_publish_only_acquire_and_a_second_env_is_an_error()
     let Some(rt) = manifest::for_test("registering_a_provider_published_without_the_hook") else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so
-    // from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
     let ort = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.unwrap();
     let env = Env::create(ort, c"keepalloc-errors-publish").unwrap();
     let published = PUBLISHED_EARLIER.acquire().unwrap(); // publish-only: no registration

@@ -34,8 +34,7 @@ fn a_refused_registration_is_retried_with_the_same_owner() {
     else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so
-    // from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
     let real = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.expect("load ONNX Runtime");
     const THREADS: usize = 8;
     const REFUSED: u32 = 3;

@@ -104,8 +104,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
     let Some(rt) = manifest::for_test("concurrent_sessions_allocate_only_through_the_owner") else {
         return;
     };
-    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so
-    // from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
+    // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
     let ort = unsafe { OnnxRuntime::load(Some(&rt.onnxruntime)) }.expect("load ONNX Runtime");
     assert_eq!(ort.version(), rt.onnxruntime_version);
     let env = Env::create(ort, c"keepalloc-test").expect("CreateEnv");

@@ -323,9 +323,7 @@ fn main() {
         )
     };
     stage("load");
-    // SAFETY: `--ort` is an ONNX Runtime library by this binary's contract (module docs):
-    // `cargo xtask fault-test` passes the one its manifest names, libonnxruntime.so from the
-    // pinned wheel `cargo xtask runtimes` hash-checked.
+    // SAFETY: `--ort` is an ONNX Runtime library by this binary's contract (module docs): `cargo xtask fault-test` passes the one its manifest names, libonnxruntime.so from the pinned wheel `cargo xtask runtimes` hash-checked.
     let real = unsafe { OnnxRuntime::load(Some(&args.ort)) }
         .unwrap_or_else(|e| setup("load", e.to_string()));
     let ort = if args.refusals > 0 {
