@@ -18,11 +18,13 @@
 
 static atomic_int calls;
 static void* _Atomic first_context;
+static void* _Atomic last_context;
 static atomic_int other_context;
 
 static int always_fails(const keepalloc_table* table, void* user_data) {
   (void)user_data;
   atomic_fetch_add(&calls, 1);
+  atomic_store(&last_context, table->context);
   void* expected = NULL;
   if (!atomic_compare_exchange_strong(&first_context, &expected, table->context) &&
       expected != table->context) {
@@ -48,6 +50,10 @@ int main(void) {
     const keepalloc_table* out = sentinel;
     CHECK(keepalloc_acquire(always_fails, NULL, &out) == KEEPALLOC_INIT_FAILED);
     CHECK(out == sentinel);
+    /* The witness is the hook's own record, not the provider's counters: every attempt
+     * hands it the owner the first attempt built. */
+    CHECK(atomic_load(&calls) == i + 1);
+    CHECK(atomic_load(&last_context) == atomic_load(&first_context));
     keepalloc_stats after_failure = stats_now();
     CHECK_EQ_U64(after_failure.owners_constructed, 1);
     CHECK_EQ_U64(after_failure.init_successes, 0);

@@ -44,6 +44,10 @@ static void sequential(void) {
     const keepalloc_table* out = sentinel;
     CHECK(keepalloc_acquire(failing_hook, &log, &out) == KEEPALLOC_INIT_FAILED);
     CHECK(out == sentinel);
+    /* The witness is the library's own record, not the provider's counters: every attempt
+     * hands the hook the owner the first attempt built. */
+    CHECK(atomic_load(&log.calls) == attempt + 1);
+    CHECK(log.contexts[attempt] == log.contexts[0]);
     keepalloc_stats after_failure = stats_now();
     CHECK_EQ_U64(after_failure.owners_constructed, 1);
     CHECK_EQ_U64(after_failure.init_attempts, (uint64_t)attempt + 1);

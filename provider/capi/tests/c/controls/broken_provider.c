@@ -98,7 +98,11 @@ static struct owner* new_owner(void) {
  * quarantined instead of freed (never handed back to malloc: these are short-lived test
  * programs). A use after the drop then reads 0x55 and counts into dead memory every time,
  * and never corrupts the heap the test itself uses: the test fails at its own check, not
- * in one of glibc's heap-consistency aborts by chance (2% of racy runs when it was freed). */
+ * in one of glibc's heap-consistency aborts by chance (2% of racy runs when it was freed).
+ * The quarantine is also what a sanitizer's would be: the owner a retry builds never gets
+ * the dead one's address, so a hook that compares the contexts it was handed sees two
+ * owners every time (init_retry and init_always_fails catch NAIVE_RETRY that way, by
+ * their own record, not by this file's owners_constructed). */
 static void drop_owner(struct owner* o) {
   memset(o, 0x55, sizeof *o);
 }
