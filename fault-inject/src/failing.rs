@@ -67,6 +67,8 @@ pub struct Failing<A> {
     calls: AtomicU64,
     failures: AtomicU64,
     granted: AtomicUsize,
+    /// The `fn()` of [`on_first_failure`](Failing::on_first_failure) as an address, 0 for none.
+    first_failure: AtomicUsize,
 }
 
 impl<A> Failing<A> {
@@ -82,7 +84,17 @@ impl<A> Failing<A> {
             calls: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             granted: AtomicUsize::new(0),
+            first_failure: AtomicUsize::new(0),
         }
+    }
+
+    /// Calls `notice` on the thread of the first call refused after each [`arm`](Failing::arm),
+    /// before that refusal returns: a witness that a fault was injected which survives the
+    /// process crashing right after it (the ONNX Runtime campaign's child writes a line to
+    /// stdout from it). `notice` runs inside an allocation call, so it must not allocate
+    /// through this allocator; a panic in it reaches the caller of that allocation.
+    pub fn on_first_failure(&self, notice: fn()) {
+        self.first_failure.store(notice as usize, Relaxed);
     }
 
     /// The wrapped allocator.
@@ -156,7 +168,15 @@ impl<A> Failing<A> {
             _ => false,
         };
         if fail {
-            self.failures.fetch_add(1, Relaxed);
+            if self.failures.fetch_add(1, Relaxed) == 0 {
+                let notice = self.first_failure.load(Relaxed);
+                if notice != 0 {
+                    // SAFETY: a non-zero `first_failure` was stored from a `fn()` by
+                    // `on_first_failure`, and fn pointers round-trip through `usize`.
+                    let notice: fn() = unsafe { core::mem::transmute::<usize, fn()>(notice) };
+                    notice();
+                }
+            }
             Err(AllocError)
         } else {
             self.granted.fetch_add(bytes, Relaxed);
@@ -258,5 +278,41 @@ mod tests {
         assert_eq!(a, outcomes(&f, 64, 8));
         let fails = a.iter().filter(|ok| !**ok).count();
         assert!((10..54).contains(&fails), "{fails}");
+    }
+
+    static NOTICES: AtomicU64 = AtomicU64::new(0);
+    /// The refusal counter at the moment of each notice: the notice comes before any later
+    /// refusal is counted.
+    static SEEN_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+    static WATCHED: Failing<System> = Failing::new(System);
+
+    fn notice() {
+        NOTICES.fetch_add(1, Relaxed);
+        SEEN_AT.store(WATCHED.failures(), Relaxed);
+    }
+
+    #[test]
+    fn first_failure_noticed_once_per_arm() {
+        WATCHED.on_first_failure(notice);
+        WATCHED.arm(AllocPlan::From(3));
+        assert_eq!(outcomes(&WATCHED, 2, 8), [true, true]);
+        assert_eq!(NOTICES.load(Relaxed), 0, "no refusal yet, no notice");
+        assert_eq!(outcomes(&WATCHED, 3, 8), [false, false, false]);
+        assert_eq!(NOTICES.load(Relaxed), 1, "one notice for three refusals");
+        assert_eq!(
+            SEEN_AT.load(Relaxed),
+            1,
+            "the notice ran during the first refusal"
+        );
+        WATCHED.arm(AllocPlan::Nth(1));
+        assert_eq!(outcomes(&WATCHED, 2, 8), [false, true]);
+        assert_eq!(
+            NOTICES.load(Relaxed),
+            2,
+            "arming again watches for a first refusal again"
+        );
+        WATCHED.disarm();
+        assert!(outcomes(&WATCHED, 4, 8).into_iter().all(|ok| ok));
+        assert_eq!(NOTICES.load(Relaxed), 2);
     }
 }

@@ -15,12 +15,14 @@
 //!
 //! Each run is classified `ok`, `clean-error`, `crash` (killed by a signal), `hang` (past
 //! `--timeout`), `wrong-output`, `leak` or `keepalloc-violation` (the child names each broken
-//! check). Under an injected allocation failure (`nth`, `probability`) a crash, hang, leak or
-//! wrong output is a finding about ONNX Runtime and does not fail the command. The command
-//! fails ([`judge`]) on a broken keepalloc invariant (checked in the child: one owner, exact
-//! accounting, nothing Scribble detects, the sessions allocated through the owner); on any
-//! run that injects no allocation fault (`count`, `refuse-registrations`) ending other than
-//! `ok`, a crash or hang included; on a model without its count run or without a control; on
+//! check). Under an injected allocation failure (an `nth` or `probability` run whose child
+//! wrote its `injected` line: it refused an allocation, and wrote so before ONNX Runtime saw
+//! the NULL) a crash, hang, leak or wrong output is a finding about ONNX Runtime and does not
+//! fail the command. The command fails ([`judge`]) on a broken keepalloc invariant (checked in
+//! the child: one owner, exact accounting, nothing Scribble detects, the sessions allocated
+//! through the owner); on any run that refused no allocation (`count`,
+//! `refuse-registrations`, and an `nth` or `probability` plan that refused nothing) ending
+//! other than `ok`, a crash or hang included; on a model without its count run or without a control; on
 //! a control not caught by its own signature (`owner-bypassed` alone, with the foreign
 //! allocator called); and on any harness error (`setup-error`, a result line missing), which
 //! is inconclusive, never a pass.
@@ -108,8 +110,10 @@ struct Run {
     plan: String,
     threads: usize,
     control: bool,
-    /// Whether the run's plan fails allocations (`nth`, `probability`); the `count`,
-    /// `refuse-registrations` and control runs inject none into ONNX Runtime.
+    /// Whether an allocation was refused: the child's `injected` line ([`injected`]). The
+    /// `count`, `refuse-registrations` and control runs never refuse one, and an `nth` or
+    /// `probability` run whose plan refused nothing ran ONNX Runtime untouched: a crash
+    /// there counts against keepalloc, not as a finding about ONNX Runtime.
     faults_injected: bool,
     outcome: String,
     /// With `keepalloc-violation`: the kind of each check the child found broken.
@@ -505,7 +509,7 @@ fn run_child(
         },
         threads,
         control,
-        faults_injected: plan != "never",
+        faults_injected: false,
         outcome: String::new(),
         violations: Vec::new(),
         detail: String::new(),
@@ -550,7 +554,13 @@ fn run_child(
         .lines()
         .next_back()
         .and_then(|l| serde_json::from_str(l).ok());
+    let injected = injected(&out, result.as_ref());
+    run.faults_injected = injected == Some(true);
     match (status, result) {
+        _ if injected.is_none() => {
+            run.outcome = "setup-error".into();
+            run.detail = "the child's `injected` line and its `refused` count disagree".into();
+        }
         (None, _) => {
             run.outcome = "hang".into();
             run.detail = format!("no exit after {} s", timeout.as_secs());
@@ -580,6 +590,18 @@ fn run_child(
         }
     }
     run
+}
+
+/// Whether the child refused an allocation, from its stdout: the `injected` line, which it
+/// writes during its first refusal, before ONNX Runtime sees the NULL, so a run that crashed
+/// after a refusal still shows it. With a result line, its `refused` count must agree; `None`
+/// when they do not (a broken harness, inconclusive).
+fn injected(stdout: &str, result: Option<&serde_json::Value>) -> Option<bool> {
+    let marked = stdout.lines().any(|l| l == "injected");
+    match result.and_then(|v| v["refused"].as_u64()) {
+        Some(refused) if (refused > 0) != marked => None,
+        _ => Some(marked),
+    }
 }
 
 fn signal_name(signal: i32) -> &'static str {
@@ -662,6 +684,7 @@ mod tests {
 
     const MODELS: [&str; 2] = ["a", "b"];
 
+    /// A run; `nth` and `probability` plans refused an allocation.
     fn run(model: &str, plan: &str, outcome: &str) -> Run {
         let control = plan == "control";
         let faults_injected = plan.starts_with("nth:") || plan.starts_with("probability:");
@@ -758,6 +781,46 @@ mod tests {
                 "{outcome} became an ORT finding"
             );
         }
+    }
+
+    #[test]
+    fn a_crash_under_a_plan_that_refused_nothing_counts_against_keepalloc() {
+        for outcome in ["crash", "hang", "wrong-output", "leak", "clean-error"] {
+            let mut runs = all_runs();
+            runs[3] = Run {
+                faults_injected: false,
+                ..run("a", "probability:0.25@1", outcome)
+            };
+            let v = judge(&models(), &runs);
+            assert!(!v.passed(), "{outcome}");
+            assert!(
+                v.findings.iter().all(|&i| i != 3),
+                "{outcome} became an ORT finding"
+            );
+        }
+        // The same run with a refusal seen is ONNX Runtime's.
+        let mut runs = all_runs();
+        runs[3] = run("a", "probability:0.25@1", "crash");
+        let v = judge(&models(), &runs);
+        assert!(v.passed(), "{:?}", v.problems());
+        assert!(v.findings.contains(&3));
+    }
+
+    #[test]
+    fn a_refusal_is_read_from_the_childs_line_and_checked_against_its_count() {
+        let stages = "stage load\nstage armed\n";
+        let marked = "stage load\nstage armed\ninjected\nstage run\n";
+        // A crash leaves no result line: the marker alone decides.
+        assert_eq!(injected(stages, None), Some(false));
+        assert_eq!(injected(marked, None), Some(true));
+        let refused = |n: u64| serde_json::json!({ "refused": n });
+        assert_eq!(injected(marked, Some(&refused(3))), Some(true));
+        assert_eq!(injected(stages, Some(&refused(0))), Some(false));
+        // The two witnesses disagree: neither a pass nor a finding.
+        assert_eq!(injected(stages, Some(&refused(1))), None);
+        assert_eq!(injected(marked, Some(&refused(0))), None);
+        // Only a whole line counts.
+        assert_eq!(injected("stage injected\n", None), Some(false));
     }
 
     #[test]

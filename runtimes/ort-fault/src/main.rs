@@ -26,8 +26,10 @@
 //! matches the owner's count), Scribble finds no violation, and an env-allocator session that
 //! ran did allocate through the owner.
 //!
-//! Last line on stdout: one JSON object. Exit codes: 0 ok, 10 clean-error, 11 wrong-output,
-//! 12 leak, 20 keepalloc invariant violated, 2 setup or usage error. With exit 20 the object's
+//! On stdout: `stage NAME` as each stage is reached, `injected` when the backend refuses its
+//! first allocation (written before that refusal returns), and last one JSON object. Exit
+//! codes: 0 ok, 10 clean-error, 11 wrong-output, 12 leak, 20 keepalloc invariant violated, 2
+//! setup or usage error. With exit 20 the object's
 //! `violations` names each broken check by its kind (`owners`, `registrations`,
 //! `alloc-accounting`, `free-accounting`, `live-accounting`, `scribble`, `owner-bypassed`,
 //! and in the registration stage `registration-failed`, `different-allocators`,
@@ -190,6 +192,21 @@ fn finish(
 fn stage(name: &str) {
     println!("stage {name}");
     let _ = std::io::stdout().flush();
+}
+
+/// The line [`mark_injected`] writes: the parent reads a run whose plan could fail
+/// allocations as one that did only when it is there (a crash leaves no result line to say).
+const INJECTED: &[u8] = b"injected\n";
+
+/// Called by the backend on the first allocation it refuses, before the refusal returns, so
+/// the line is on the pipe before anything ONNX Runtime does with the NULL. One `write(2)` of
+/// a whole line to fd 1, without Rust's stdout lock or buffer: it runs inside an allocation
+/// call, on whichever thread made it, and must not allocate or wait for a lock.
+fn mark_injected() {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fd 1 is this process's stdout for its whole life; `ManuallyDrop` never closes it.
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    let _ = out.write_all(INJECTED);
 }
 
 mod foreign {
@@ -387,6 +404,7 @@ fn main() {
     let base_owner = owner.allocator().stats();
     let base_face = face.stats();
     stage("armed");
+    failing.on_first_failure(mark_injected);
     failing.arm(args.plan);
     let barrier = Arc::new(Barrier::new(args.threads));
     let workers: Vec<_> = (0..args.threads)
