@@ -366,6 +366,16 @@ fn no_unwind<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
 
+/// Writes `message` to stderr, ignoring a failed write, and aborts. Not `eprintln!`, which
+/// panics when stderr is closed: inside an `extern "C"` free that panic would abort too, but
+/// without the message, and a panic there is the very thing the abort stands in for.
+#[cold]
+fn abort_with(message: core::fmt::Arguments<'_>) -> ! {
+    use std::io::Write;
+    let _ = std::io::stderr().write_fmt(message);
+    std::process::abort()
+}
+
 /// The layout of the whole block (header + padding + user bytes) for a user request.
 #[inline]
 fn block_layout(size: usize, align: usize) -> Option<(Layout, usize)> {
@@ -559,11 +569,10 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync + 'static>(
     let Some((base, layout, _)) = (unsafe { block_of(context, pointer) }) else {
         // There is no status to return from a free, and freeing another owner's block
         // through this one would corrupt both heaps.
-        eprintln!(
+        abort_with(format_args!(
             "keepalloc: {pointer:p} was freed through a table that did not allocate it \
-             (another owner's block, or not a table block); aborting"
-        );
-        std::process::abort();
+             (another owner's block, or not a table block); aborting\n"
+        ));
     };
     let freed = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `base` is a live block of the `&'static A` behind `context`, with `layout`.
@@ -571,8 +580,9 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync + 'static>(
     }));
     if freed.is_err() {
         // There is no status to return from a free, and unwinding into C is undefined.
-        eprintln!("keepalloc: the allocator panicked while freeing {pointer:p}; aborting");
-        std::process::abort();
+        abort_with(format_args!(
+            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
+        ));
     }
 }
 
@@ -586,8 +596,9 @@ const MAX_KEPT_ALIGN_LOG2: u32 = 16;
 #[inline(always)]
 fn no_unwind_free(pointer: *mut c_void, f: impl FnOnce()) {
     if catch_unwind(AssertUnwindSafe(f)).is_err() {
-        eprintln!("keepalloc: the allocator panicked while freeing {pointer:p}; aborting");
-        std::process::abort();
+        abort_with(format_args!(
+            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
+        ));
     }
 }
 
