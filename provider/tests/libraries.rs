@@ -1,11 +1,18 @@
 //! One owner, several libraries: each library's init hook runs in its own retry-safe once on
 //! top of the owner's once (`GlobalProvider::acquire_library`).
+//!
+//! "One owner for every library, built once" is judged by the tests' own witnesses
+//! (`support/witness.rs`): the test backend's constructor counts constructions and numbers
+//! each backend, and the stub libraries' hooks record the serial of the owner behind the table
+//! they were given; the provider's counters are checked as well, after them.
 
 mod common;
+#[path = "support/witness.rs"]
+mod witness;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Barrier, mpsc};
+use std::sync::{Barrier, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -14,16 +21,20 @@ use keepalloc_provider::{
     GlobalProvider, HookRan, InitError, LibraryError, MAX_LIBRARIES, MAX_LIBRARY_NAME,
     ProviderError,
 };
+use witness::{Ledger, Witnessed, owner_serial, serial_behind};
 
 #[test]
 fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
     common::without_deadlock(|| {
-        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+        static LEDGER: Ledger = Ledger::new();
+        static GLOBAL: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER.construct(), None);
         static CALLS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
         static SUCCESSES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        // The serial each hook call found behind the table it was given, per library.
+        static SEEN: [Mutex<Vec<u64>>; 2] = [Mutex::new(Vec::new()), Mutex::new(Vec::new())];
         let names = ["xnnpack", "onednn"];
         let barrier = Barrier::new(32);
-        let tables: Vec<usize> = thread::scope(|s| {
+        let got: Vec<(usize, u64)> = thread::scope(|s| {
             let handles: Vec<_> = (0..32)
                 .map(|i| {
                     let barrier = &barrier;
@@ -33,7 +44,8 @@ fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
                         loop {
                             // The first three hooks of each library fail: the retries must use the
                             // same owner, and every library must still be initialized exactly once.
-                            let r = GLOBAL.acquire_library(names[lib], |_| {
+                            let r = GLOBAL.acquire_library(names[lib], |t| {
+                                SEEN[lib].lock().unwrap().push(serial_behind(t, &LEDGER));
                                 if CALLS[lib].fetch_add(1, SeqCst) < 3 {
                                     Err(InitError::new("not yet"))
                                 } else {
@@ -42,7 +54,12 @@ fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
                                 }
                             });
                             match r {
-                                Ok((h, _)) => break h.table() as *const AllocatorTable as usize,
+                                Ok((h, _)) => {
+                                    break (
+                                        h.table() as *const AllocatorTable as usize,
+                                        owner_serial(&h),
+                                    );
+                                }
                                 Err(ProviderError::InitFailed(_)) => continue,
                                 Err(e) => panic!("{e}"),
                             }
@@ -52,7 +69,30 @@ fn two_libraries_share_one_owner_and_each_hook_succeeds_once() {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert!(tables.windows(2).all(|w| w[0] == w[1]), "one table for all");
+        // The test's witnesses: one backend constructed; every caller's owner and the owner
+        // behind every hook's table (failed ones included) is it, by serial.
+        assert_eq!(
+            LEDGER.constructed(),
+            1,
+            "the backend was constructed more than once"
+        );
+        let serial = LEDGER.first_serial();
+        assert!(
+            got.iter().all(|&(_, s)| s == serial),
+            "callers got different owners: {got:?}, constructed {serial}"
+        );
+        for lib in 0..2 {
+            assert_eq!(
+                *SEEN[lib].lock().unwrap(),
+                [serial; 4],
+                "{}'s hooks were given another owner",
+                names[lib]
+            );
+        }
+        assert!(
+            got.windows(2).all(|w| w[0].0 == w[1].0),
+            "one table for all"
+        );
         assert_eq!(GLOBAL.stats().owners_constructed, 1);
         for lib in 0..2 {
             assert_eq!(SUCCESSES[lib].load(SeqCst), 1, "{}", names[lib]);
@@ -104,8 +144,15 @@ fn publish_only_consumes_no_library() {
 
 #[test]
 fn bad_names_are_typed_errors_and_register_nothing() {
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    static LEDGER: Ledger = Ledger::new();
+    static GLOBAL: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER.construct(), None);
+    static SEEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let never = |_: &'static AllocatorTable| -> Result<(), InitError> { panic!("hook ran") };
+    // A hook that records the serial of the owner behind the table it was given.
+    let record = |t: &'static AllocatorTable| -> Result<(), InitError> {
+        SEEN.lock().unwrap().push(serial_behind(t, &LEDGER));
+        Ok(())
+    };
     let e = GLOBAL.acquire_library("", never).unwrap_err();
     assert!(
         matches!(e, ProviderError::Library(LibraryError::Empty)),
@@ -118,12 +165,10 @@ fn bad_names_are_typed_errors_and_register_nothing() {
         "{e}"
     );
     let longest = "y".repeat(MAX_LIBRARY_NAME);
-    GLOBAL.acquire_library(&longest, |_| Ok(())).unwrap();
+    GLOBAL.acquire_library(&longest, record).unwrap();
     // Fill the registry: the default library holds one slot, `longest` another.
     for i in 0..MAX_LIBRARIES - 2 {
-        GLOBAL
-            .acquire_library(&format!("lib{i}"), |_| Ok(()))
-            .unwrap();
+        GLOBAL.acquire_library(&format!("lib{i}"), record).unwrap();
     }
     let e = GLOBAL.acquire_library("one-too-many", never).unwrap_err();
     assert!(
@@ -133,7 +178,20 @@ fn bad_names_are_typed_errors_and_register_nothing() {
     // Nothing was lost: the registered libraries and the default one still work.
     let (_, ran) = GLOBAL.acquire_library("lib0", never).unwrap();
     assert_eq!(ran, HookRan::AlreadyInitialized);
-    GLOBAL.acquire_with(|_| Ok(())).unwrap();
+    let h = GLOBAL.acquire_with(record).unwrap();
+    // The test's witnesses: one backend, behind every library's table and the default one.
+    assert_eq!(
+        LEDGER.constructed(),
+        1,
+        "the backend was constructed more than once"
+    );
+    let serial = LEDGER.first_serial();
+    assert_eq!(owner_serial(&h), serial);
+    assert_eq!(
+        *SEEN.lock().unwrap(),
+        [serial; MAX_LIBRARIES],
+        "a library's hook was given another owner"
+    );
     assert_eq!(GLOBAL.stats().owners_constructed, 1);
 }
 
@@ -188,17 +246,47 @@ fn the_backend_constructor_reentering_its_provider_is_an_error() {
 #[test]
 fn a_panicking_hook_resets_its_library_only() {
     common::without_deadlock(|| {
-        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-        GLOBAL.acquire_library("steady", |_| Ok(())).unwrap();
+        static LEDGER: Ledger = Ledger::new();
+        static GLOBAL: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER.construct(), None);
+        let mut steady = 0;
+        GLOBAL
+            .acquire_library("steady", |t| {
+                steady = serial_behind(t, &LEDGER);
+                Ok(())
+            })
+            .unwrap();
+        let mut panicked = 0;
         let r = catch_unwind(AssertUnwindSafe(|| {
-            GLOBAL.acquire_library("flaky", |_| panic!("hook panicked"))
+            GLOBAL.acquire_library("flaky", |t| {
+                panicked = serial_behind(t, &LEDGER);
+                panic!("hook panicked")
+            })
         }));
         assert!(r.is_err());
         assert!(!GLOBAL.is_initialized("flaky"));
         assert!(GLOBAL.is_initialized("steady"));
         let owner = GLOBAL.owner().unwrap() as *const _;
-        let (h, ran) = GLOBAL.acquire_library("flaky", |_| Ok(())).unwrap();
+        let mut retried = 0;
+        let (h, ran) = GLOBAL
+            .acquire_library("flaky", |t| {
+                retried = serial_behind(t, &LEDGER);
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(ran, HookRan::Ran);
+        // The test's witnesses: one backend; the steady library, the panicking hook and its
+        // retry were all given it, and it is the published owner (by serial).
+        assert_eq!(
+            LEDGER.constructed(),
+            1,
+            "the retry constructed another backend"
+        );
+        let serial = LEDGER.first_serial();
+        assert_eq!(
+            (steady, panicked, retried, owner_serial(&h)),
+            (serial, serial, serial, serial),
+            "the retry used another owner"
+        );
         assert!(
             std::ptr::eq(h.owner(), owner),
             "the retry used the same owner"

@@ -2,16 +2,25 @@
 //! side-effect-free `GlobalProvider::get`, handle identity across providers, zeroed
 //! allocations, and the `Debug` output that ends up in logs. Each test fails when the function
 //! it covers is replaced by a constant (`cargo xtask mutants` checks that).
+//!
+//! Which owner a handle is, how often a hook ran and what was allocated are judged by
+//! witnesses the tests own (`support/witness.rs`: a test backend that counts its
+//! constructions and allocations and carries a serial number, and hooks that count their own
+//! calls); the provider's counters are checked as well, after them.
 #![cfg(not(loom))] // under `--cfg loom` the cell uses loom primitives: see tests/loom.rs
 
 mod common;
+#[path = "support/witness.rs"]
+mod witness;
 
 use core::alloc::Layout;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_provider::{GlobalProvider, InitError, KeepCell, Provider, ProviderError};
+use witness::{Ledger, Witnessed, owner_serial, serial_behind};
 
 #[test]
 fn is_published_is_false_until_a_publication_succeeds() {
@@ -56,8 +65,14 @@ fn keep_cell_debug_shows_publication_and_counters() {
 #[test]
 fn get_is_none_until_published_then_the_acquired_handle() {
     common::without_deadlock(|| {
+        static LEDGER: Ledger = Ledger::new();
         static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(1);
-        fn init(_: &'static AllocatorTable) -> Result<(), InitError> {
+        // The hook's own count of its calls, and the serial behind the table of each.
+        static HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+        static SEEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+        fn init(t: &'static AllocatorTable) -> Result<(), InitError> {
+            HOOK_CALLS.fetch_add(1, SeqCst);
+            SEEN.lock().unwrap().push(serial_behind(t, &LEDGER));
             if FAILURES_LEFT
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_ok()
@@ -66,7 +81,8 @@ fn get_is_none_until_published_then_the_acquired_handle() {
             }
             Ok(())
         }
-        static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), Some(init));
+        static GLOBAL: GlobalProvider<Witnessed> =
+            GlobalProvider::new(|| LEDGER.construct(), Some(init));
 
         assert!(GLOBAL.get().is_none(), "nothing published yet");
         assert!(matches!(
@@ -85,6 +101,21 @@ fn get_is_none_until_published_then_the_acquired_handle() {
         let handle = GLOBAL.acquire().unwrap();
         assert_eq!(GLOBAL.get(), Some(handle));
         let got = GLOBAL.get().unwrap();
+        // The test's witnesses: `get` ran no hook (the hook's own count) and built nothing
+        // (the constructor's count); it returns the acquired owner, by serial.
+        assert_eq!(HOOK_CALLS.load(SeqCst), 2, "get ran the hook");
+        assert_eq!(LEDGER.constructed(), 1, "get constructed a backend");
+        let serial = LEDGER.first_serial();
+        assert_eq!(
+            (owner_serial(&got), owner_serial(&handle)),
+            (serial, serial),
+            "get returned another owner than the acquired one"
+        );
+        assert_eq!(
+            *SEEN.lock().unwrap(),
+            [serial; 2],
+            "the retried hook was given another owner than the kept one"
+        );
         assert!(std::ptr::eq(got.owner(), handle.owner()));
         assert!(std::ptr::eq(got.table(), handle.table()));
         assert_eq!(GLOBAL.stats().init_attempts, 2, "get runs no attempt");
@@ -93,19 +124,33 @@ fn get_is_none_until_published_then_the_acquired_handle() {
 
 #[test]
 fn handles_of_different_providers_are_not_equal() {
-    static A: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
-    static B: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    static LEDGER_A: Ledger = Ledger::new();
+    static LEDGER_B: Ledger = Ledger::new();
+    static A: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER_A.construct(), None);
+    static B: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER_B.construct(), None);
     let a = A.acquire().unwrap();
     let b = B.acquire().unwrap();
+    // The test's witnesses: each provider built its own backend, once, and each handle is
+    // its provider's (by serial).
+    assert_eq!((LEDGER_A.constructed(), LEDGER_B.constructed()), (1, 1));
+    assert_eq!(
+        (owner_serial(&a), owner_serial(&b)),
+        (LEDGER_A.first_serial(), LEDGER_B.first_serial())
+    );
+    assert_ne!(owner_serial(&a), owner_serial(&b));
     assert_ne!(a, b, "two providers own two allocators");
     assert_ne!(a.context(), b.context());
-    assert_eq!(a, Provider::with_global(&A).preferred_allocator().unwrap());
+    let again = Provider::with_global(&A).preferred_allocator().unwrap();
+    assert_eq!(owner_serial(&again), LEDGER_A.first_serial());
+    assert_eq!(owner_serial(&B.get().unwrap()), LEDGER_B.first_serial());
+    assert_eq!(a, again);
     assert_eq!(b, B.get().unwrap());
 }
 
 #[test]
 fn allocate_zeroed_zeroes_memory_that_was_dirty() {
-    static GLOBAL: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    static LEDGER: Ledger = Ledger::new();
+    static GLOBAL: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER.construct(), None);
     let h = GLOBAL.acquire().unwrap();
     // Small bins, a page, and a block large enough to be mmapped: for each, dirty a block,
     // free it (so the allocator is likely to hand the same bytes back), then ask for zeroes.
@@ -118,6 +163,7 @@ fn allocate_zeroed_zeroes_memory_that_was_dirty() {
         let layout = Layout::from_size_align(size, 16).unwrap();
         for _ in 0..4 {
             let before = h.stats();
+            let (allocs_before, live_before) = (LEDGER.allocations(), LEDGER.live_bytes());
             let dirty = h.allocate(layout).unwrap();
             // SAFETY: `dirty` is a live block of `size` bytes from `h`.
             unsafe {
@@ -133,6 +179,14 @@ fn allocate_zeroed_zeroes_memory_that_was_dirty() {
                 bytes.iter().all(|&b| b == 0),
                 "allocate_zeroed returned dirty bytes"
             );
+            // Counted by the test's backend, behind the owner ...
+            assert_eq!(
+                LEDGER.allocations(),
+                allocs_before + 2,
+                "the blocks did not come from the owner's backend"
+            );
+            assert_eq!(LEDGER.live_bytes(), live_before + size);
+            // ... and by the owner's own counter.
             let s = h.stats();
             assert_eq!(
                 s.allocations,
@@ -142,6 +196,7 @@ fn allocate_zeroed_zeroes_memory_that_was_dirty() {
             assert_eq!(s.live_bytes, before.live_bytes + size);
             // SAFETY: `zeroed` is live with `layout`.
             unsafe { h.deallocate(zeroed.cast(), layout) };
+            assert_eq!(LEDGER.live_bytes(), live_before);
             assert_eq!(h.stats().live_bytes, before.live_bytes);
         }
     }
