@@ -3,15 +3,18 @@
 //! One test, in its own process (the registration is process-wide): a failed
 //! `RegisterAllocator` is retried with the same owner; then N threads create sessions at once
 //! on every model the wheel ships and on the generated FC models, run them, compare with a
-//! reference, and the owner's counters, the face's own ledger and Scribble must agree that
-//! every env allocation went through the owner and that live bytes return to the baseline.
-//! Negative control: sessions with `session.use_env_allocators=0` must not move the owner's
-//! counters (if they did, the counters would not be telling us where allocations went).
+//! reference. The witness that every env allocation went through the owner is the test's own
+//! backend (a static `Scribble` the test reads directly, and a constructor counter it keeps),
+//! checked first; the owner's counters and the face's own ledger must then agree with it, and
+//! live blocks return to the baseline.
+//! Negative control: sessions with `session.use_env_allocators=0` must not move the
+//! backend's count (if they did, the counts would not be telling us where allocations went).
 //!
 //! Needs `cargo xtask runtimes`. Without it the test prints NOT RUN and passes, except under
 //! `CI=true`, where it fails.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use keepalloc_allocators::System;
@@ -22,12 +25,19 @@ use keepalloc_onnxruntime::{
 };
 use keepalloc_provider::GlobalProvider;
 
-static OWNER: GlobalProvider<Scribble<System>> = GlobalProvider::new(
+/// The test's own backend, a static it reads directly: the blocks it hands out are the
+/// witness that ONNX Runtime's sessions allocated through the owner (nothing but the owner
+/// allocates from it).
+static BACKEND: Scribble<System> =
+    Scribble::new(System, ScribbleConfig::DEFAULT.with_policy(Policy::Record));
+
+/// Owner constructions, counted in the constructor the test gives the provider.
+static CONSTRUCTED: AtomicU32 = AtomicU32::new(0);
+
+static OWNER: GlobalProvider<&'static Scribble<System>> = GlobalProvider::new(
     || {
-        Ok(Scribble::new(
-            System,
-            ScribbleConfig::DEFAULT.with_policy(Policy::Record),
-        ))
+        CONSTRUCTED.fetch_add(1, Ordering::SeqCst);
+        Ok(&BACKEND)
     },
     None,
 );
@@ -162,6 +172,11 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         contexts.windows(2).all(|w| w[0] == w[1]),
         "one allocator for every caller"
     );
+    assert_eq!(
+        CONSTRUCTED.load(Ordering::SeqCst),
+        1,
+        "one owner, ever (the test's constructor counter)"
+    );
     let stats = OWNER.stats();
     assert_eq!(stats.owners_constructed, 1, "one owner, ever");
     let registration = OWNER
@@ -173,7 +188,6 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
     );
     assert_eq!(registration.init_successes, 1);
     let face = EnvAllocator::get().expect("the face exists");
-    let scribble = OWNER.owner().unwrap().allocator().inner();
 
     // 3. Sessions on every model, THREADS at once, compared with a reference.
     let models = models(&rt);
@@ -182,6 +196,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         "three wheel models and two generated ones: {models:?}"
     );
     for (name, path) in &models {
+        let base_backend = BACKEND.stats();
         let base_owner = OWNER.stats().allocator;
         let base_face = face.stats();
 
@@ -199,6 +214,12 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         let inputs = sample_inputs(&reference_session, 7);
         let reference = reference_session.run(&mut inputs.clone()).unwrap();
         drop(reference_session);
+        assert_eq!(
+            BACKEND.stats().allocations,
+            base_backend.allocations,
+            "{name}: use_env_allocators=0 must not reach the owner (negative control; the \
+             backend's own count)"
+        );
         assert_eq!(
             OWNER.stats().allocator.allocations,
             base_owner.allocations,
@@ -252,16 +273,37 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
             assert_eq!(b, reference, "{name}: second run differs");
         }
 
+        // The test's own witness first: the blocks its backend handed out and got back.
+        let backend = BACKEND.stats();
+        let blocks = backend.allocations - base_backend.allocations;
+        assert!(
+            blocks > 0,
+            "{name}: the sessions never allocated through the owner (the backend's own count)"
+        );
+        assert_eq!(
+            backend.frees - base_backend.frees,
+            blocks,
+            "{name}: ORT freed every block it got (the backend's own count)"
+        );
+        assert_eq!(
+            backend.live_blocks, base_backend.live_blocks,
+            "{name}: live blocks back to the baseline (the backend's own count)"
+        );
+        // Then the face's ledger and the owner's counters, which must agree with it.
         let owner = OWNER.stats().allocator;
         let seen = face.stats();
         let allocs = seen.allocs - base_face.allocs;
         eprintln!(
-            "{name}: {THREADS} sessions x 2 runs: {allocs} allocations through the owner, peak {} bytes",
+            "{name}: {THREADS} sessions x 2 runs: {blocks} allocations through the owner, peak {} bytes",
             owner.peak_bytes
         );
         assert!(
             allocs > 0,
             "{name}: the sessions never used the env allocator"
+        );
+        assert_eq!(
+            allocs, blocks,
+            "{name}: every face allocation is one block of the test's backend"
         );
         assert_eq!(
             owner.allocations - base_owner.allocations,
@@ -283,17 +325,27 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         );
         assert_eq!(seen.nulls, 0);
     }
+    let backend = BACKEND.stats();
+    assert_eq!(
+        backend.live_blocks, 0,
+        "nothing of ORT's is left in the owner (the backend's own count): {backend:?}"
+    );
+    assert_eq!(BACKEND.verify_quarantine(), 0);
+    assert!(
+        BACKEND.violations().is_empty(),
+        "Scribble: {:?}",
+        BACKEND.violations()
+    );
+    assert_eq!(
+        CONSTRUCTED.load(Ordering::SeqCst),
+        1,
+        "still one owner (the test's constructor counter)"
+    );
     assert_eq!(face.stats().live_blocks, 0);
     assert_eq!(
         OWNER.stats().allocator.live_bytes,
         0,
         "nothing of ORT's is left in the owner"
-    );
-    assert_eq!(scribble.verify_quarantine(), 0);
-    assert!(
-        scribble.violations().is_empty(),
-        "Scribble: {:?}",
-        scribble.violations()
     );
     assert_eq!(OWNER.stats().owners_constructed, 1);
     assert_eq!(

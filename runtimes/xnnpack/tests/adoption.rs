@@ -11,7 +11,9 @@
 //!   keepalloc's owner (Scribble underneath) and give every byte back.
 //! * `debian-preinitialized` (negative control of the check): the same library, but
 //!   `xnn_initialize(NULL)` was called first, as ExecuTorch does. The check must say
-//!   "not adopted" — so the `debian-fresh` success is not a check that always passes.
+//!   "not adopted" — so the `debian-fresh` success is not a check that always passes — and
+//!   the test's own backend (a static `Scribble` it reads directly, not the owner's counter
+//!   that `adopt()` reads) must confirm that no XNNPACK allocation reached the owner.
 //! * `executorch` and `executorch-dlmopen` (a private namespace): the real case. Loading
 //!   ExecuTorch's backend initializes XNNPACK with its own allocator; 32 threads adopting it
 //!   all get "not adopted", with one owner kept and nothing published, and a retry says the
@@ -23,6 +25,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use keepalloc_allocators::System;
@@ -33,12 +36,20 @@ use keepalloc_xnnpack::{Generation, LIBRARY, Namespace, Xnnpack, XnnpackError, a
 const SCENARIO_ENV: &str = "XNNPACK_ADOPTION_SCENARIO";
 const THREADS: usize = 32;
 
-static OWNER: GlobalProvider<Scribble<System>> = GlobalProvider::new(
+/// The test's own backend, a static it reads directly: whether XNNPACK's allocations
+/// reached the owner is Scribble's own count of the blocks it handed out, not the owner's
+/// allocation counter (which `adopt()` itself reads for its verdict). Nothing but the owner
+/// allocates from it.
+static BACKEND: Scribble<System> =
+    Scribble::new(System, ScribbleConfig::DEFAULT.with_policy(Policy::Record));
+
+/// Owner constructions, counted in the constructor the test gives the provider.
+static CONSTRUCTED: AtomicU32 = AtomicU32::new(0);
+
+static OWNER: GlobalProvider<&'static Scribble<System>> = GlobalProvider::new(
     || {
-        Ok(Scribble::new(
-            System,
-            ScribbleConfig::DEFAULT.with_policy(Policy::Record),
-        ))
+        CONSTRUCTED.fetch_add(1, Ordering::SeqCst);
+        Ok(&BACKEND)
     },
     None,
 );
@@ -103,6 +114,22 @@ fn scenario_adopted(xnn: &'static Xnnpack) {
         results.iter().all(|r| r.as_ref() == Ok(&first)),
         "one allocator for every thread"
     );
+    // The test's own witnesses first: its constructor counter, its backend's counts.
+    assert_eq!(
+        CONSTRUCTED.load(Ordering::SeqCst),
+        1,
+        "one owner (the test's constructor counter)"
+    );
+    let probe = BACKEND.stats();
+    assert!(
+        probe.allocations > 0,
+        "adopt() said adopted and XNNPACK's probe did allocate from our backend: {probe:?}"
+    );
+    assert_eq!(
+        (probe.frees, probe.live_blocks),
+        (probe.allocations, 0),
+        "and the probe gave its blocks back: {probe:?}"
+    );
     let stats = OWNER.stats();
     let library = OWNER.library_stats(LIBRARY).unwrap();
     assert_eq!(
@@ -114,30 +141,45 @@ fn scenario_adopted(xnn: &'static Xnnpack) {
         (1, 1, 1)
     );
     let base = stats.allocator;
+    let backend_base = BACKEND.stats();
     for (input, output, batch) in [(64, 32, 4), (256, 128, 1), (7, 5, 3)] {
         check_fc(xnn, input, output, batch);
     }
-    let after = OWNER.stats().allocator;
+    let backend = BACKEND.stats();
+    let allocated = backend.allocations - backend_base.allocations;
     assert!(
-        after.allocations > base.allocations,
-        "XNNPACK's operators allocate through the owner"
+        allocated > 0,
+        "XNNPACK's operators allocate through the owner (the backend's own count)"
+    );
+    assert_eq!(
+        backend.frees - backend_base.frees,
+        allocated,
+        "and free every block (the backend's own count)"
+    );
+    assert_eq!(
+        backend.live_blocks, backend_base.live_blocks,
+        "every block given back (the backend's own count)"
+    );
+    // Then the owner's counters, which must agree (a reallocation is one new block for the
+    // backend).
+    let after = OWNER.stats().allocator;
+    assert_eq!(
+        (after.allocations + after.reallocations) - (base.allocations + base.reallocations),
+        allocated,
+        "the owner's counter agrees with the backend's"
     );
     assert_eq!(
         after.allocations - base.allocations,
         after.deallocations - base.deallocations
     );
     assert_eq!(after.live_bytes, base.live_bytes, "every byte given back");
-    let scribble = OWNER.owner().unwrap().allocator().inner();
-    assert_eq!(scribble.verify_quarantine(), 0);
+    assert_eq!(BACKEND.verify_quarantine(), 0);
     assert!(
-        scribble.violations().is_empty(),
+        BACKEND.violations().is_empty(),
         "{:?}",
-        scribble.violations()
+        BACKEND.violations()
     );
-    println!(
-        "adopted: {} allocations through the owner for three FC operators",
-        after.allocations - base.allocations
-    );
+    println!("adopted: {allocated} allocations through the owner for three FC operators");
 }
 
 fn scenario_not_adopted(xnn: &'static Xnnpack) {
@@ -149,6 +191,19 @@ fn scenario_not_adopted(xnn: &'static Xnnpack) {
             .expect_err("a library initialized earlier must not report success");
         assert!(e.contains(&not_adopted), "the distinct error, got: {e}");
     }
+    // The verdict, checked by a witness adopt() does not read: the probe operators XNNPACK
+    // created and deleted (one per attempt) took nothing from our backend.
+    let probe = BACKEND.stats();
+    assert_eq!(
+        probe.allocations, 0,
+        "adopt() said not adopted, but XNNPACK's allocations reached our owner \
+         (the backend's own count): {probe:?}"
+    );
+    assert_eq!(
+        CONSTRUCTED.load(Ordering::SeqCst),
+        1,
+        "one owner, kept (the test's constructor counter)"
+    );
     let stats = OWNER.stats();
     assert_eq!(stats.owners_constructed, 1, "one owner, kept");
     assert!(
@@ -163,12 +218,18 @@ fn scenario_not_adopted(xnn: &'static Xnnpack) {
         "{again:?}"
     );
     assert!(core::ptr::eq(OWNER.owner().unwrap(), owner));
+    assert_eq!(CONSTRUCTED.load(Ordering::SeqCst), 1, "still one owner");
     assert_eq!(OWNER.stats().owners_constructed, 1);
-    // The library works, through its own allocator: our counters do not move.
+    // The library works, through its own allocator: our backend never sees a block.
     let base = OWNER.stats().allocator;
     for (input, output, batch) in [(64, 32, 4), (256, 128, 1), (7, 5, 3)] {
         check_fc(xnn, input, output, batch);
     }
+    let backend = BACKEND.stats();
+    assert_eq!(
+        backend.allocations, 0,
+        "a library that was not adopted never allocates from our backend: {backend:?}"
+    );
     assert_eq!(OWNER.stats().allocator.allocations, base.allocations);
     println!(
         "not adopted, as it must be: {} of {THREADS} threads got the error; {} attempts, 1 owner",
