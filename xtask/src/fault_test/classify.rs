@@ -5,8 +5,10 @@
 //! the code that line names. Anything else (a timeout, a death by signal before the line,
 //! an exit without it, two lines, a line for another run or one that omits any of the keys
 //! saying which run it is about, a status that does not match its exit code) proves nothing
-//! about the provider and is [`Outcome::Inconclusive`], with a short reason. A sanitizer's report is a finding even without a result line: the
-//! sanitizer ends the process itself.
+//! about the provider and is [`Outcome::Inconclusive`], with a short reason. A sanitizer's
+//! report is a finding even without a result line (the sanitizer ends the process itself),
+//! named `asan:KIND`: it fails a keepalloc row, but it is never a control's signature (see
+//! [`super::verdict::Judge::judge`]).
 
 use std::collections::BTreeMap;
 
@@ -104,11 +106,16 @@ pub fn classify<'n>(
         detections.split(',').map(str::to_string).collect()
     };
     if let Some(s) = end.signal {
-        // Killed after the line was printed: its findings stand, a clean line does not.
-        return if kinds.is_empty() {
+        // Killed after the line was printed: the findings of a `fail` line stand (the run
+        // had judged itself before it died), and nothing else does: a clean line, or an
+        // `error` line whose process then crashed (race threads may still be touching freed
+        // owners while it exits), says nothing about the provider.
+        return if *status == "fail" && !kinds.is_empty() {
+            Outcome::Found(kinds)
+        } else if *status == "fail" || *status == "pass" {
             inconclusive(&format!("signal:{}", signal_name(s)))
         } else {
-            Outcome::Found(kinds)
+            inconclusive(&format!("signal-after-{status}:{}", signal_name(s)))
         };
     }
     if end.code != Some(exit) {
@@ -162,17 +169,6 @@ fn asan_kind(end: &RunEnd) -> Option<String> {
         })
     };
     Some(summary.or_else(error).unwrap_or("error").to_string())
-}
-
-/// The finding kind a detection stands for when matched against a signature: a
-/// sanitizer's name for a bug the harness's witnesses also name.
-pub fn signature_kind(detection: &str) -> &str {
-    match detection.strip_prefix(ASAN_PREFIX) {
-        Some("heap-use-after-free") => "use-after-free",
-        Some("double-free") => "double-free",
-        Some("bad-free") => "invalid-free",
-        _ => detection,
-    }
 }
 
 #[cfg(test)]
@@ -368,6 +364,17 @@ mod tests {
             ..RunEnd::default()
         };
         assert_eq!(classify_end(&clean), inconclusive("signal:SIGABRT"));
+        // The harness gave up (status=error) and the process then crashed: its detections,
+        // even ones in a signature, are no catch.
+        let error = RunEnd {
+            signal: Some(11),
+            stdout: result("status=error exit=1 detections=use-after-free"),
+            ..RunEnd::default()
+        };
+        assert_eq!(
+            classify_end(&error),
+            inconclusive("signal-after-error:SIGSEGV")
+        );
     }
 
     #[test]
@@ -391,12 +398,5 @@ mod tests {
             classify_end(&double),
             Outcome::Found(vec!["asan:double-free".into()])
         );
-        assert_eq!(signature_kind("asan:heap-use-after-free"), "use-after-free");
-        assert_eq!(signature_kind("asan:bad-free"), "invalid-free");
-        assert_eq!(
-            signature_kind("asan:heap-buffer-overflow"),
-            "asan:heap-buffer-overflow"
-        );
-        assert_eq!(signature_kind("second-owner"), "second-owner");
     }
 }
