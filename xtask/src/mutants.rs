@@ -521,16 +521,24 @@ impl<'a> Extra<'a> {
                 "--bin",
                 "keepalloc-harness",
             ];
-            let campaign = [
+            let json = self.campaign_json();
+            let mut campaign = cargo(&[
                 "xtask",
                 "fault-test",
                 "--variant",
                 "keepalloc",
                 "--runs",
                 "3",
-            ];
-            (cargo(&build), cargo(&campaign))
+                "--json",
+            ]);
+            campaign.arg(json);
+            (cargo(&build), campaign)
         }
+    }
+
+    /// Where the campaign writes its report (read by [`campaign_found`]).
+    fn campaign_json(&self) -> PathBuf {
+        self.work.join("campaign.json")
     }
 
     /// Both commands must pass on the unmutated copy, or a failure says nothing about a
@@ -616,9 +624,24 @@ impl<'a> Extra<'a> {
             let log = self.logs.join(format!("{slug}.{what}.log"));
             let t = Instant::now();
             let timeout = self.timeouts[what];
+            if what == "campaign" {
+                // A report left by an earlier mutant must not speak for this one.
+                let _ = fs::remove_file(self.campaign_json());
+            }
             let outcome = run_logged(&mut run, &log, timeout)?;
             let secs = t.elapsed().as_secs();
             match outcome {
+                // The campaign also fails on runs that prove nothing (a hung run, a harness
+                // error): only a finding in a keepalloc row catches a mutant.
+                Run::Failed if what == "campaign" && !campaign_found(&self.campaign_json()) => {
+                    println!(
+                        "TIMEOUT  {} under the campaign after {secs}s: it failed on \
+                         inconclusive runs only (no finding; see {})",
+                        m.name,
+                        log.display()
+                    );
+                    timed_out = true;
+                }
                 Run::Failed => {
                     println!("CAUGHT   {} by {what} in {secs}s", m.name);
                     m.verdict = Verdict::Caught;
@@ -637,6 +660,27 @@ impl<'a> Extra<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether the campaign report at `path` holds a finding in a keepalloc (non-control) row:
+/// a detection its witnesses named, not only inconclusive runs (timeouts, harness errors,
+/// which the campaign also counts against keepalloc). No report, or one that cannot be read,
+/// is no finding.
+fn campaign_found(path: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(path) else {
+        return false;
+    };
+    let Ok(report) = serde_json::from_str::<Value>(&text) else {
+        return false;
+    };
+    report["rows"].as_array().is_some_and(|rows| {
+        rows.iter().any(|r| {
+            r["control"] == Value::Bool(false)
+                && r["detections"]
+                    .as_object()
+                    .is_some_and(|d| d.values().any(|n| n.as_u64().is_some_and(|n| n > 0)))
+        })
+    })
 }
 
 /// A mutant's run timeout from the baseline's run time: generous, since it only stops a hang
@@ -811,6 +855,43 @@ fn report(mutants: &[Mutant], elapsed: Duration) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_finding_in_a_keepalloc_row_catches_a_mutant() {
+        let dir = std::env::temp_dir().join(format!("keepalloc-mutants-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let report = |rows: Value| {
+            let path = dir.join("campaign.json");
+            fs::write(
+                &path,
+                serde_json::json!({ "passed": false, "rows": rows }).to_string(),
+            )
+            .unwrap();
+            campaign_found(&path)
+        };
+        let row = |control: bool, detections: Value| {
+            serde_json::json!({ "control": control, "detections": detections,
+                                "inconclusive_reasons": { "timeout": 3 } })
+        };
+        // A keepalloc row that found something: caught.
+        assert!(report(serde_json::json!([row(
+            false,
+            serde_json::json!({ "second-owner": 1 })
+        )])));
+        // Only hung runs (inconclusive) in keepalloc's rows: the campaign failed, no catch.
+        assert!(!report(serde_json::json!([row(
+            false,
+            serde_json::json!({})
+        )])));
+        // A control's detections are the control's, not the mutant's.
+        assert!(!report(serde_json::json!([row(
+            true,
+            serde_json::json!({ "use-after-free": 3 })
+        )])));
+        // No report at all (the campaign died before writing it): no catch.
+        assert!(!campaign_found(&dir.join("missing.json")));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn mutate_replaces_the_span_like_cargo_mutants() {
