@@ -155,26 +155,65 @@ impl Subject for Keepalloc {
     /// through the owner was given back (the scribbling allocator's own block count; a
     /// write-after-free found while the quarantine is flushed ends the process).
     fn final_checks(&'static self) {
-        let successes = crate::init_plan::hook_successes();
-        if successes != 1 {
-            report::record(Finding::invariant(
-                "publication-count",
-                format!("the library's init hook succeeded {successes} times; exactly 1 must"),
-            ));
+        if let Some(finding) = publication_finding(crate::init_plan::hook_successes()) {
+            report::record(finding);
         }
-        if let Some(failing) = self.faults() {
-            let scribble = failing.inner();
-            scribble.flush_quarantine();
-            let live = scribble.stats().live_blocks;
-            if live != 0 {
-                report::record(Finding::invariant(
-                    "leak",
-                    format!("{live} blocks never freed"),
-                ));
-            }
+        if let Some(finding) = self.faults().and_then(leak_finding) {
+            report::record(finding);
         }
     }
 }
 
+/// `publication-count`, unless the library's init hook succeeded exactly once.
+fn publication_finding(successes: u64) -> Option<Finding> {
+    (successes != 1).then(|| {
+        Finding::invariant(
+            "publication-count",
+            format!("the library's init hook succeeded {successes} times; exactly 1 must"),
+        )
+    })
+}
+
+/// `leak`, if blocks the owner's memory handed out are still live once its quarantine is
+/// flushed.
+fn leak_finding(failing: &Failing<Scribble<System>>) -> Option<Finding> {
+    let scribble = failing.inner();
+    scribble.flush_quarantine();
+    let live = scribble.stats().live_blocks;
+    (live != 0).then(|| Finding::invariant("leak", format!("{live} blocks never freed")))
+}
+
 /// The subject value.
 pub static KEEPALLOC: Keepalloc = Keepalloc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publication_count_fires_unless_published_exactly_once() {
+        let kind = |n| publication_finding(n).map(|f| f.kind());
+        assert_eq!(kind(0), Some("publication-count"), "never published");
+        assert_eq!(kind(2), Some("publication-count"), "published twice");
+        assert_eq!(kind(1), None, "published once");
+    }
+
+    #[test]
+    fn leak_fires_on_a_block_never_freed() {
+        let heap = Failing::new(Scribble::new(System, ScribbleConfig::DEFAULT));
+        let layout = Layout::from_size_align(48, 8).unwrap();
+        assert_eq!(leak_finding(&heap), None, "nothing allocated");
+        let kept = heap.allocate(layout).unwrap().cast::<u8>();
+        let freed = heap.allocate(layout).unwrap().cast::<u8>();
+        // SAFETY: `freed` is live with `layout` and freed once.
+        unsafe { heap.deallocate(freed, layout) };
+        assert_eq!(
+            leak_finding(&heap).map(|f| f.kind()),
+            Some("leak"),
+            "one block never freed"
+        );
+        // SAFETY: `kept` is live with `layout` and freed once.
+        unsafe { heap.deallocate(kept, layout) };
+        assert_eq!(leak_finding(&heap), None, "every block freed");
+    }
+}

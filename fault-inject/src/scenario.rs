@@ -439,10 +439,14 @@ fn library_uses_its_capture() {
 }
 
 fn record_refused(what: &str, why: String) {
-    report::record(Finding::invariant(
+    report::record(refused_finding(what, why));
+}
+
+fn refused_finding(what: &str, why: String) -> Finding {
+    Finding::invariant(
         kind::NO_RETRY,
         format!("{what}: a caller failed without any attempt being made for it: {why}"),
-    ));
+    )
 }
 
 /// Records one finding per distinct allocator beyond the first among `ids`: a different
@@ -495,13 +499,20 @@ fn check_all_equal(ids: &[Identity], what: &str) {
 /// Exactly one owner was constructed: counted by the owner's constructor
 /// ([`witness::constructed`]), not by the provider.
 fn check_one_owner() {
-    match witness::constructed() {
-        1 => {}
-        0 => report::record(Finding::invariant(
+    if let Some(finding) = owner_count_finding(witness::constructed()) {
+        report::record(finding);
+    }
+}
+
+/// The finding for `constructed` owner constructions, if it is not exactly one.
+fn owner_count_finding(constructed: u64) -> Option<Finding> {
+    match constructed {
+        1 => None,
+        0 => Some(Finding::invariant(
             "no-owner",
             "no owner was constructed, yet callers succeeded",
         )),
-        n => report::record(Finding::invariant(
+        n => Some(Finding::invariant(
             kind::SECOND_OWNER,
             format!("{n} owners were constructed; exactly 1 must be"),
         )),
@@ -687,44 +698,62 @@ pub fn cold_start<S: Subject>(subject: &'static S, threads: usize) {
 /// library captured, and the library works.
 pub fn retry_after_capture<S: Subject>(subject: &'static S) {
     let session = subject.session();
+    let Some(id) = retries_after_capture(
+        || try_acquire(subject, &session),
+        library_uses_its_capture,
+        &mut report::record,
+    ) else {
+        return;
+    };
+    check_one_owner();
+    check_after(subject, &id);
+    subject.final_checks();
+}
+
+/// `retry-after-capture`'s attempts: up to `RETRY_FAILURES + 2` calls of `attempt` until one
+/// gets an allocator, with `after_failure` after each failed one; records (through `record`,
+/// as they happen) a caller refused without an attempt, a panic, a failure count other than
+/// the plan's, and `retry-failed` when no attempt succeeded. `None` ends the scenario.
+fn retries_after_capture(
+    mut attempt: impl FnMut() -> Outcome,
+    mut after_failure: impl FnMut(),
+    record: &mut impl FnMut(Finding),
+) -> Option<Identity> {
     let mut failures = 0;
     let mut got = None;
     for _ in 0..=RETRY_FAILURES + 2 {
-        match try_acquire(subject, &session) {
+        match attempt() {
             Outcome::Got(id) => {
                 got = Some(id);
                 break;
             }
             Outcome::Failed(_) | Outcome::PlannedPanic => {
                 failures += 1;
-                library_uses_its_capture();
+                after_failure();
             }
             Outcome::Refused(e) => {
-                record_refused("retry after capture", e);
-                return;
+                record(refused_finding("retry after capture", e));
+                return None;
             }
             Outcome::Panicked(m) => {
-                report::record(Finding::invariant("acquire-panicked", m));
+                record(Finding::invariant("acquire-panicked", m));
                 break;
             }
         }
     }
     if failures != RETRY_FAILURES {
-        report::record(Finding::invariant(
+        record(Finding::invariant(
             "plan-not-followed",
             format!("{failures} attempts failed, {RETRY_FAILURES} were planned"),
         ));
     }
-    let Some(id) = got else {
-        report::record(Finding::invariant(
+    if got.is_none() {
+        record(Finding::invariant(
             "retry-failed",
             "no attempt succeeded after the planned failures",
         ));
-        return;
-    };
-    check_one_owner();
-    check_after(subject, &id);
-    subject.final_checks();
+    }
+    got
 }
 
 /// `retry-under-race`: `threads` threads acquire together while init fails at random (the
@@ -788,6 +817,52 @@ pub fn owner_build_failure<S: Subject>(subject: &'static S, threads: usize) {
     subject.final_checks();
 }
 
+/// One plan of `out-of-memory`: runs `path` under `plan` armed on `failing`, then without
+/// failures, and records (through `record`, as they happen) a path that succeeded although
+/// `must_fail` (`oom-ignored`), any other outcome than a clean `OutOfMemory` after a refusal
+/// or the right answer (`oom-not-clean`), live blocks other than `baseline` after it
+/// (`leak`), and a retry without failures that does not give `expected` (`retry-failed`).
+fn check_clean_oom(
+    failing: &Failing<Scribble<System>>,
+    mut path: impl FnMut() -> Result<Vec<f32>, KernelError>,
+    expected: &[f32],
+    baseline: usize,
+    plan: AllocPlan,
+    must_fail: bool,
+    record: &mut impl FnMut(Finding),
+) {
+    failing.arm(plan);
+    let result = path();
+    let refused = failing.failures();
+    failing.disarm();
+    match result {
+        Err(KernelError::OutOfMemory { .. }) if refused > 0 => {}
+        Ok(y) if !must_fail && library::close(&y, expected) => {}
+        Ok(_) if must_fail => record(Finding::invariant(
+            "oom-ignored",
+            format!("plan {plan}: {refused} refusals, yet the path succeeded"),
+        )),
+        other => record(Finding::invariant(
+            "oom-not-clean",
+            format!("plan {plan}: {other:?} after {refused} refusals"),
+        )),
+    }
+    let now = failing.inner().stats().live_blocks;
+    if now != baseline {
+        record(Finding::invariant(
+            "leak",
+            format!("plan {plan}: {now} live blocks, {baseline} before"),
+        ));
+    }
+    match path() {
+        Ok(y) if library::close(&y, expected) => {}
+        other => record(Finding::invariant(
+            "retry-failed",
+            format!("plan {plan}: the retry gave {other:?}"),
+        )),
+    }
+}
+
 /// `out-of-memory`: every allocation site of the library's path fails in turn (then every
 /// call from the second on, a byte budget one byte short, and seeded random failures); each
 /// time the library returns a clean `OutOfMemory`, the blocks live in the owner's memory are
@@ -811,41 +886,19 @@ pub fn out_of_memory<S: Subject>(subject: &'static S, seed: u64) {
             "the subject has no allocation-failure gate",
         ));
     };
-    let live = || failing.inner().stats().live_blocks;
-    let baseline = live();
+    let baseline = failing.inner().stats().live_blocks;
     let expected = library::expected_path();
 
     let check_clean = |plan: AllocPlan, must_fail: bool| {
-        failing.arm(plan);
-        let result = library::run_path();
-        let refused = failing.failures();
-        failing.disarm();
-        match result {
-            Err(KernelError::OutOfMemory { .. }) if refused > 0 => {}
-            Ok(y) if !must_fail && library::close(&y, &expected) => {}
-            Ok(_) if must_fail => report::record(Finding::invariant(
-                "oom-ignored",
-                format!("plan {plan}: {refused} refusals, yet the path succeeded"),
-            )),
-            other => report::record(Finding::invariant(
-                "oom-not-clean",
-                format!("plan {plan}: {other:?} after {refused} refusals"),
-            )),
-        }
-        let now = live();
-        if now != baseline {
-            report::record(Finding::invariant(
-                "leak",
-                format!("plan {plan}: {now} live blocks, {baseline} before"),
-            ));
-        }
-        match library::run_path() {
-            Ok(y) if library::close(&y, &expected) => {}
-            other => report::record(Finding::invariant(
-                "retry-failed",
-                format!("plan {plan}: the retry gave {other:?}"),
-            )),
-        }
+        check_clean_oom(
+            failing,
+            library::run_path,
+            &expected,
+            baseline,
+            plan,
+            must_fail,
+            &mut report::record,
+        );
     };
 
     // Count the sites and the bytes of a clean run.
@@ -881,4 +934,235 @@ pub fn out_of_memory<S: Subject>(subject: &'static S, seed: u64) {
     check_one_owner();
     check_after(subject, &id);
     subject.final_checks();
+}
+
+#[cfg(test)]
+mod tests {
+    use core::alloc::Layout;
+    use core::ptr::NonNull;
+
+    use allocator_api2::alloc::Allocator;
+
+    use super::*;
+    use crate::scribble::ScribbleConfig;
+
+    static BACKEND: System = System;
+    static TABLE: AllocatorTable = AllocatorTable::for_allocator(&BACKEND);
+
+    fn identity() -> Identity {
+        Identity {
+            owner: 0x1000,
+            context: 0x1000,
+            table: &TABLE,
+            serial: 7,
+        }
+    }
+
+    #[test]
+    fn owner_count_names_none_one_and_many() {
+        let kind = |n| owner_count_finding(n).map(|f| f.kind());
+        assert_eq!(kind(0), Some("no-owner"));
+        assert_eq!(kind(1), None);
+        assert_eq!(kind(2), Some(kind::SECOND_OWNER));
+    }
+
+    /// `retry-after-capture`'s loop over scripted outcomes (`script(n)` for the nth attempt):
+    /// what it got, the findings' kinds, and how often the library used its capture.
+    fn retries(script: impl Fn(u64) -> Outcome) -> (Option<Identity>, Vec<&'static str>, u64) {
+        let (mut n, mut used, mut kinds) = (0, 0, Vec::new());
+        let got = retries_after_capture(
+            || {
+                n += 1;
+                script(n)
+            },
+            || used += 1,
+            &mut |f: Finding| kinds.push(f.kind()),
+        );
+        (got, kinds, used)
+    }
+
+    #[test]
+    fn retry_failed_fires_when_no_retry_succeeds() {
+        let planned = |n| {
+            if n <= RETRY_FAILURES {
+                Outcome::Failed(format!("planned failure {n}"))
+            } else {
+                Outcome::Got(identity())
+            }
+        };
+        assert_eq!(
+            retries(planned),
+            (Some(identity()), vec![], RETRY_FAILURES),
+            "the planned failures, then success"
+        );
+        // A once that keeps failing after the library captured the table: every retry fails.
+        let (got, kinds, _) = retries(|_| Outcome::Failed("init failed again".into()));
+        assert_eq!(got, None);
+        assert_eq!(kinds, ["plan-not-followed", "retry-failed"]);
+        // The same after the planned failures: a panic ends the retries.
+        let (got, kinds, _) = retries(|n| {
+            if n <= RETRY_FAILURES {
+                Outcome::PlannedPanic
+            } else {
+                Outcome::Panicked("poisoned".into())
+            }
+        });
+        assert_eq!(got, None);
+        assert_eq!(kinds, ["acquire-panicked", "retry-failed"]);
+    }
+
+    const BLOCK: Layout = match Layout::from_size_align(64, 8) {
+        Ok(l) => l,
+        Err(_) => panic!(),
+    };
+    const SITES: usize = 3;
+
+    /// A bug of the fake library's out-of-memory path.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Bug {
+        None,
+        /// Goes on without a refused block and succeeds.
+        IgnoresOom,
+        /// Frees what it took and returns another error than `OutOfMemory`.
+        WrongError,
+        /// Says `OutOfMemory` on its first run without asking for memory.
+        SpuriousOom,
+        /// Returns `OutOfMemory` without freeing the blocks it took.
+        LeaksOnOom,
+        /// Returns `OutOfMemory` cleanly, then fails every later run.
+        StaysBroken,
+    }
+
+    /// A library path of `SITES` allocations through `heap` that answers `[1, 2]`.
+    struct FakeLibrary<'a> {
+        heap: &'a Failing<Scribble<System>>,
+        bug: Bug,
+        runs: u32,
+        broken: bool,
+        leaked: Vec<NonNull<u8>>,
+    }
+
+    const ANSWER: [f32; 2] = [1.0, 2.0];
+    const OOM: KernelError = KernelError::OutOfMemory {
+        bytes: BLOCK.size(),
+    };
+
+    impl FakeLibrary<'_> {
+        fn run(&mut self) -> Result<Vec<f32>, KernelError> {
+            self.runs += 1;
+            if self.broken || (self.bug == Bug::SpuriousOom && self.runs == 1) {
+                return Err(OOM);
+            }
+            let mut taken = Vec::new();
+            let mut refused = false;
+            for _ in 0..SITES {
+                match self.heap.allocate(BLOCK) {
+                    Ok(b) => taken.push(b.cast::<u8>()),
+                    Err(_) if self.bug == Bug::IgnoresOom => refused = true,
+                    Err(_) => {
+                        refused = true;
+                        break;
+                    }
+                }
+            }
+            if refused && self.bug == Bug::LeaksOnOom {
+                self.leaked.append(&mut taken);
+            }
+            for b in taken {
+                // SAFETY: `b` was allocated by `heap` with `BLOCK` and is freed once.
+                unsafe { self.heap.deallocate(b, BLOCK) };
+            }
+            match (refused, self.bug) {
+                (false, _) | (true, Bug::IgnoresOom) => Ok(ANSWER.to_vec()),
+                (true, Bug::WrongError) => Err(KernelError::Uninitialized),
+                (true, Bug::StaysBroken) => {
+                    self.broken = true;
+                    Err(OOM)
+                }
+                (true, _) => Err(OOM),
+            }
+        }
+    }
+
+    /// The kinds `check_clean_oom` records for one plan over a fake library with `bug`.
+    fn oom_kinds(bug: Bug, plan: AllocPlan, must_fail: bool) -> Vec<&'static str> {
+        let heap = Failing::new(Scribble::new(System, ScribbleConfig::DEFAULT));
+        let baseline = heap.inner().stats().live_blocks;
+        let mut lib = FakeLibrary {
+            heap: &heap,
+            bug,
+            runs: 0,
+            broken: false,
+            leaked: Vec::new(),
+        };
+        let mut kinds = Vec::new();
+        check_clean_oom(
+            &heap,
+            || lib.run(),
+            &ANSWER,
+            baseline,
+            plan,
+            must_fail,
+            &mut |f: Finding| kinds.push(f.kind()),
+        );
+        for b in lib.leaked.drain(..) {
+            // SAFETY: a block the fake library took with `BLOCK` and never freed.
+            unsafe { heap.deallocate(b, BLOCK) };
+        }
+        kinds
+    }
+
+    #[test]
+    fn a_correct_oom_path_passes_every_plan() {
+        for n in 1..=SITES as u64 {
+            assert_eq!(
+                oom_kinds(Bug::None, AllocPlan::Nth(n), true),
+                Vec::<&str>::new()
+            );
+        }
+        assert_eq!(
+            oom_kinds(Bug::None, AllocPlan::From(2), true),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            oom_kinds(Bug::None, AllocPlan::Never, false),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn oom_ignored_fires_on_a_path_that_succeeds_past_a_refusal() {
+        assert_eq!(
+            oom_kinds(Bug::IgnoresOom, AllocPlan::Nth(2), true),
+            ["oom-ignored"]
+        );
+    }
+
+    #[test]
+    fn oom_not_clean_fires_on_a_wrong_error_or_an_oom_without_refusal() {
+        assert_eq!(
+            oom_kinds(Bug::WrongError, AllocPlan::Nth(2), true),
+            ["oom-not-clean"]
+        );
+        assert_eq!(
+            oom_kinds(Bug::SpuriousOom, AllocPlan::Never, false),
+            ["oom-not-clean"]
+        );
+    }
+
+    #[test]
+    fn leak_fires_on_blocks_kept_after_a_refusal() {
+        assert_eq!(
+            oom_kinds(Bug::LeaksOnOom, AllocPlan::Nth(2), true),
+            ["leak"]
+        );
+    }
+
+    #[test]
+    fn retry_failed_fires_on_a_path_broken_by_a_refusal() {
+        assert_eq!(
+            oom_kinds(Bug::StaysBroken, AllocPlan::Nth(2), true),
+            ["retry-failed"]
+        );
+    }
 }
