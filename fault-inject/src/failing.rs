@@ -171,8 +171,7 @@ impl<A> Failing<A> {
             if self.failures.fetch_add(1, Relaxed) == 0 {
                 let notice = self.first_failure.load(Relaxed);
                 if notice != 0 {
-                    // SAFETY: a non-zero `first_failure` was stored from a `fn()` by
-                    // `on_first_failure`, and fn pointers round-trip through `usize`.
+                    // SAFETY: a non-zero `first_failure` is a `fn()` stored by `on_first_failure`.
                     let notice: fn() = unsafe { core::mem::transmute::<usize, fn()>(notice) };
                     notice();
                 }
