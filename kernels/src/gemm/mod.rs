@@ -7,8 +7,8 @@
 //!   every other run on a thread takes the panels last to first, so that it starts on the
 //!   weights the previous run left in L2.
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
-//!   for AVX-512 when the weights fit well in L3, except on Intel, whose L3 is too slow
-//!   per core: see [`blocking`]), K in KC steps (partial sums stored to C
+//!   for AVX-512 when the weights fit well in L3, except on Intel and Zen 5, where a row
+//!   tile's sweep outruns the L3: see [`blocking`]), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
 //!   loop), and M in balanced row tiles of at most MR rows (AVX-512 runs a tile of 4 rows
 //!   or fewer on two panels at once, for enough accumulator chains, and on Intel tiles of
@@ -107,20 +107,23 @@ const GEMV_L1_PREFETCH_FLOATS: usize = 1024;
 /// (0: none) and whether into L1.
 ///
 /// - Past [`gemv_prefetch_above`] the weights come from L3 or DRAM: into L2, 16 KiB ahead.
-/// - Past L1 but within L2 (known on Intel only): into L1, 4 KiB ahead. The L2 streamer
+/// - Past L1 but within L2, on Intel: into L1, 4 KiB ahead. The L2 streamer
 ///   fills L2, not L1, and a panel's two lines per k step outrun what the L1 brings in by
 ///   itself. Measured on a 2 MiB-L2 Xeon against current XNNPACK in the same runs
 ///   (`keepalloc-kernels-bench --libs keepalloc,XNNPACK-2026 --shapes 1x256x256`): with a
 ///   throwaway switch, 1.16× and 1.17× without, 1.23–1.28× 4 KiB ahead, 1.21–1.32× 8 KiB and
 ///   1.18–1.25× 16 KiB ahead; one or two prefetches per four k steps the same, four or eight
 ///   worse (1.11–1.21×). The binaries before and after, three runs each, alternating:
-///   1.17–1.20× before, 1.26–1.31× after (72.7–78.8 GFLOPS against 67.3–71.1).
+///   1.17–1.20× before, 1.26–1.31× after (72.7–78.8 GFLOPS against 67.3–71.1). Not on
+///   Zen 5 (AMD family 0x1A, 1 MiB L2, 48 KiB L1): there the same prefetches took
+///   1x256x256 from 1.31× current XNNPACK to 1.08–1.10× (three runs each, alternating).
 /// - Within L1 (1×96×64's 24 KiB), nothing: the weights are there already.
 fn gemv_prefetch(packed_bytes: usize) -> (isize, bool) {
     let l1 = cache::l1d_bytes();
     if packed_bytes > gemv_prefetch_above() {
         (GEMV_PREFETCH_FLOATS as isize, false)
-    } else if l1 > 0 && packed_bytes > l1 && packed_bytes <= cache::l2_bytes() {
+    } else if cache::is_intel() && l1 > 0 && packed_bytes > l1 && packed_bytes <= cache::l2_bytes()
+    {
         (GEMV_L1_PREFETCH_FLOATS as isize, true)
     } else {
         (0, false)
@@ -594,9 +597,19 @@ fn pair_rows_on(isa: Isa, m: usize, packed_bytes: usize, l2: usize, intel: bool)
 /// against 140 GB/s from L2): there every M > 1 problem runs in N blocks sized to half the
 /// L2 (read from L3 once, then from L2 by every row tile), never streaming all the panels
 /// per row tile. Measured on a 2 MiB-L2 Xeon: 64x1024x1024 and 256x512x2048 +30-50%.
+///
+/// Zen 5 (AMD family 0x1A, 1 MiB of L2 per core) too: streaming, its 8-row tiles fell as K
+/// grew while current XNNPACK's did not (256xKx512 against it: K = 128 1.00×, 512 0.94×,
+/// 1024 0.90×: the weights a row tile sweeps no longer fit in L2, and the L3 does not
+/// feed 128 bytes per 8 cycles). Measured with throwaway code switching the rule at run
+/// time, against current XNNPACK in the same runs (`keepalloc-kernels-bench --libs
+/// keepalloc,XNNPACK-2026`), streaming / blocks of half the L2: 256x1024x512 0.93× / 1.01×,
+/// 64x1024x1024 1.05× / 1.09–1.11×, 128x2048x2048 1.01× / 1.05–1.07×, 256x512x2048 0.97× /
+/// 1.00–1.02×, 512x512x512 0.96× / 1.00–1.01×; blocks of a quarter and three quarters of
+/// the L2 in between or the same. Zen 4, where streaming measured better, keeps it.
 fn blocking(isa: Isa, s: &Shape, k: usize) -> (usize, usize) {
     let l2 = cache::l2_bytes();
-    if isa != Isa::Avx512 || !cache::is_intel() || l2 == 0 {
+    if isa != Isa::Avx512 || !(cache::is_intel() || cache::is_zen5()) || l2 == 0 {
         return (s.stream_below, s.nc);
     }
     let kc = s.kc.min(k).max(1);
@@ -609,7 +622,7 @@ fn blocking(isa: Isa, s: &Shape, k: usize) -> (usize, usize) {
 mod cache {
     use core::sync::atomic::{AtomicUsize, Ordering};
 
-    /// 0: not read yet; else 1 + (L2 bytes << 1 | intel).
+    /// 0: not read yet; else 1 + (L2 bytes << 2 | zen5 << 1 | intel).
     static INFO: AtomicUsize = AtomicUsize::new(0);
     /// L1 data cache bytes, stored before `INFO` (0: unknown).
     static L1D: AtomicUsize = AtomicUsize::new(0);
@@ -627,7 +640,7 @@ mod cache {
 
     /// Per-core L2 bytes, 0 when unknown.
     pub(super) fn l2_bytes() -> usize {
-        info() >> 1
+        info() >> 2
     }
 
     /// Per-core L1 data cache bytes, 0 when unknown.
@@ -642,6 +655,11 @@ mod cache {
         info() & 1 == 1
     }
 
+    /// The CPU is an AMD one of family 0x1A (Zen 5) or later.
+    pub(super) fn is_zen5() -> bool {
+        info() & 2 == 2
+    }
+
     // `__cpuid` is a safe function on recent toolchains and an unsafe one on older ones.
     #[cfg(target_arch = "x86_64")]
     #[allow(unused_unsafe)]
@@ -652,7 +670,25 @@ mod cache {
         // "GenuineIntel": ebx "Genu", edx "ineI", ecx "ntel".
         let intel =
             leaf0.ebx == 0x756e_6547 && leaf0.edx == 0x4965_6e69 && leaf0.ecx == 0x6c65_746e;
+        // "AuthenticAMD": ebx "Auth", edx "enti", ecx "cAMD".
+        let amd = leaf0.ebx == 0x6874_7541 && leaf0.edx == 0x6974_6e65 && leaf0.ecx == 0x444d_4163;
         let (mut l1, mut l2) = (0usize, 0usize);
+        let mut zen5 = false;
+        if amd && leaf0.eax >= 1 {
+            // SAFETY: leaf 1 is supported (max leaf >= 1, checked above).
+            zen5 = family(unsafe { __cpuid(1) }.eax) >= 0x1a;
+            // SAFETY: leaf 0x8000_0000 (the highest extended leaf) exists on every x86-64
+            // CPU.
+            let max_ext = unsafe { __cpuid(0x8000_0000) }.eax;
+            if max_ext >= 0x8000_0006 {
+                // Leaf 0x8000_0005, ECX bits 24..32: L1 data cache KiB per core; leaf
+                // 0x8000_0006, ECX bits 16..32: L2 KiB per core.
+                // SAFETY: both leaves are supported (checked just above).
+                let (l1c, l2c) = unsafe { (__cpuid(0x8000_0005).ecx, __cpuid(0x8000_0006).ecx) };
+                l1 = (l1c >> 24) as usize * 1024;
+                l2 = (l2c >> 16) as usize * 1024;
+            }
+        }
         if intel && leaf0.eax >= 4 {
             // Leaf 4: deterministic cache parameters, one sub-leaf per cache until type 0.
             for sub in 0..16 {
@@ -675,7 +711,22 @@ mod cache {
                 }
             }
         }
-        ((l2 << 1) | usize::from(intel), l1)
+        (
+            (l2 << 2) | (usize::from(zen5) << 1) | usize::from(intel),
+            l1,
+        )
+    }
+
+    /// The family of a CPUID leaf 1 EAX signature: the base family (bits 8..12), plus the
+    /// extended family (bits 20..28) when the base is 0xF.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) fn family(sig: u32) -> u32 {
+        let base = (sig >> 8) & 0xf;
+        if base == 0xf {
+            base + ((sig >> 20) & 0xff)
+        } else {
+            base
+        }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
@@ -752,6 +803,15 @@ mod tests {
         assert!(!pairs_outer(6, 4, panel, a, 0), "L1 unknown");
         // K = 256: one pair's weights alone are 64 KiB.
         assert!(!pairs_outer(6, 2, 32 * 256, 32 * 256, 48 << 10));
+    }
+
+    #[test]
+    fn cpu_family_from_the_leaf_1_signature() {
+        // EPYC 9004 (Zen 4), EPYC 9005 (Zen 5), a Xeon (Sapphire Rapids), a Zen 2.
+        assert_eq!(super::cache::family(0x00a1_0f11), 0x19);
+        assert_eq!(super::cache::family(0x00b0_0f21), 0x1a);
+        assert_eq!(super::cache::family(0x0008_06f8), 6);
+        assert_eq!(super::cache::family(0x0083_0f10), 0x17);
     }
 
     #[test]
