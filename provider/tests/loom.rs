@@ -243,35 +243,59 @@ fn three_threads_race_the_first_acquire() {
     race(3, Some(3));
 }
 
-/// The first attempt lets the library capture the owner, then fails; two threads keep
-/// retrying until they succeed.
+/// A once that builds an owner and runs a fallible publish hook on it: the cell under test
+/// and the naive control run the same retry model through it.
+trait RetryCell: Send + Sync + 'static {
+    fn get(
+        &self,
+        make: impl FnOnce() -> Owner,
+        publish: impl FnOnce(&Owner) -> Result<(), ()>,
+    ) -> Result<Seen, ()>;
+}
+
+impl RetryCell for KeepCell<Owner> {
+    fn get(
+        &self,
+        make: impl FnOnce() -> Owner,
+        publish: impl FnOnce(&Owner) -> Result<(), ()>,
+    ) -> Result<Seen, ()> {
+        self.get_or_try_init(|| Ok(make()), publish).map(seen)
+    }
+}
+
+/// The retry model: the first attempt lets the library capture the owner, then fails; two
+/// threads keep retrying until they succeed. Checked by [`check`] (one owner, one
+/// successful publication); returns the cell and the witness for the caller's own checks.
+fn retry_model<C: RetryCell>(cell: C) -> (Arc<C>, Witness, Vec<Seen>) {
+    let cell = Arc::new(cell);
+    let lib = Arc::new(Library::default());
+    let w = Witness::new();
+    let failures_left = Arc::new(AtomicUsize::new(1));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (cell, lib, w, failures_left) =
+                (cell.clone(), lib.clone(), w.clone(), failures_left.clone());
+            thread::spawn(move || {
+                loop {
+                    let r = cell.get(|| w.make(), |o| publish_hook(&w, &lib, o, &failures_left));
+                    if let Ok(at) = r {
+                        return at;
+                    }
+                    thread::yield_now();
+                }
+            })
+        })
+        .collect();
+    let results: Vec<Seen> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    check(&w, &lib, &results, Some(1));
+    (cell, w, results)
+}
+
+/// [`retry_model`] on `KeepCell`: it passes, with exactly two publish attempts.
 #[test]
 fn failure_after_capture_then_retry() {
     loom::model(|| {
-        let cell = Arc::new(KeepCell::new());
-        let lib = Arc::new(Library::default());
-        let w = Witness::new();
-        let failures_left = Arc::new(AtomicUsize::new(1));
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                let (cell, lib, w, failures_left) =
-                    (cell.clone(), lib.clone(), w.clone(), failures_left.clone());
-                thread::spawn(move || {
-                    loop {
-                        let r = cell.get_or_try_init(
-                            || Ok(w.make()),
-                            |o| publish_hook(&w, &lib, o, &failures_left),
-                        );
-                        if let Ok(o) = r {
-                            return seen(o);
-                        }
-                        thread::yield_now();
-                    }
-                })
-            })
-            .collect();
-        let results: Vec<Seen> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        check(&w, &lib, &results, Some(1));
+        let (cell, w, results) = retry_model(KeepCell::new());
         assert_eq!(
             w.attempts.load(SeqCst),
             2,
@@ -334,8 +358,8 @@ fn panicking_attempt_then_retry() {
 struct NaiveCell {
     slot: Mutex<Option<Box<Owner>>>,
 }
-impl NaiveCell {
-    fn get_or_try_init(
+impl RetryCell for NaiveCell {
+    fn get(
         &self,
         make: impl FnOnce() -> Owner,
         publish: impl FnOnce(&Owner) -> Result<(), ()>,
@@ -352,8 +376,8 @@ impl NaiveCell {
     }
 }
 
-/// The naive cell under [`failure_after_capture_then_retry`]'s model and [`check`]: it must
-/// fail by a second owner, a dropped one, or the library left on a dead one.
+/// The naive cell under [`retry_model`] (and so [`check`]): it must fail by a second owner, a
+/// dropped one, or the library left on a dead one.
 #[test]
 fn naive_retry_model_fails() {
     must_fail_by(
@@ -365,32 +389,9 @@ fn naive_retry_model_fails() {
         ],
         || {
             loom::model(|| {
-                let cell = Arc::new(NaiveCell {
+                retry_model(NaiveCell {
                     slot: Mutex::new(None),
                 });
-                let lib = Arc::new(Library::default());
-                let w = Witness::new();
-                let failures_left = Arc::new(AtomicUsize::new(1));
-                let threads: Vec<_> = (0..2)
-                    .map(|_| {
-                        let (cell, lib, w, failures_left) =
-                            (cell.clone(), lib.clone(), w.clone(), failures_left.clone());
-                        thread::spawn(move || {
-                            loop {
-                                let r = cell.get_or_try_init(
-                                    || w.make(),
-                                    |o| publish_hook(&w, &lib, o, &failures_left),
-                                );
-                                if let Ok(at) = r {
-                                    return at;
-                                }
-                                thread::yield_now();
-                            }
-                        })
-                    })
-                    .collect();
-                let results: Vec<Seen> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-                check(&w, &lib, &results, Some(1));
             });
         },
     );
