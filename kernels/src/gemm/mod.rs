@@ -70,16 +70,25 @@ pub(crate) struct Tile {
 }
 
 /// Packed weights (bytes) above which batch 1 is DRAM-bound and the GEMV kernels that
-/// support it prefetch ([`GEMV_PREFETCH_FLOATS`] ahead): half of this machine's 32 MiB
-/// L3. Below it the weights mostly stream from L3, where the extra prefetches cost more
+/// support it prefetch ([`GEMV_PREFETCH_FLOATS`] ahead): half of the 32 MiB L3 of the Zen 4
+/// this was tuned on. Below it the weights mostly stream from L3, where the extra prefetches cost more
 /// than they bring (measured on 1x1536x1536: -5%; on 1x4096x4096: +30%).
 const GEMV_PREFETCH_ABOVE: usize = 16 << 20;
 
 /// [`GEMV_PREFETCH_ABOVE`], except on Intel, whose per-core L3 bandwidth is close to its
 /// DRAM bandwidth (about 26 GB/s against 140 GB/s from L2 on the Xeon this was tuned on):
 /// there everything past the L2 is prefetched (1x1536x1536: +5%).
+///
+/// On Zen 5 (AMD family 0x1A) never: there a batch-1 run on DRAM-resident weights runs
+/// faster on the hardware prefetchers alone. Measured on 1x4096x4096 (64 MiB of weights)
+/// against current XNNPACK in the same runs, with throwaway code setting the distance at run
+/// time (`keepalloc-kernels-bench --libs keepalloc,XNNPACK-2026 --shapes 1x4096x4096`, two
+/// runs of each): none 1.00–1.01×, 8 KiB ahead 0.99–1.00×, 16 KiB 0.95–0.96×, 32 KiB 0.94×,
+/// 64 KiB 0.93–0.94×; then three alternating runs with OpenBLAS too, none 1.01–1.04×
+/// (25.2–25.3 GFLOPS), 16 KiB 0.94–1.05× (22.6–23.3).
 fn gemv_prefetch_above() -> usize {
     match cache::l2_bytes() {
+        _ if cache::is_zen5() => usize::MAX,
         l2 if l2 > 0 && cache::is_intel() => l2,
         _ => GEMV_PREFETCH_ABOVE,
     }
