@@ -421,6 +421,7 @@ impl FullyConnected {
             ldc: self.output_stride,
             min: self.min,
             max: self.max,
+            shared: false,
         };
         match pool {
             None => {
@@ -693,6 +694,7 @@ fn run_parallel(
             a: unsafe { problem.a.add(rows.start * problem.lda) },
             // SAFETY: as above.
             c: unsafe { problem.c.add(rows.start * problem.ldc) },
+            shared: true,
             ..*problem
         };
         // The chunks of `grid` are disjoint, so no two tasks write the same output element,

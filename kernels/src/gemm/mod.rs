@@ -79,16 +79,20 @@ const GEMV_PREFETCH_ABOVE: usize = 16 << 20;
 /// DRAM bandwidth (about 26 GB/s against 140 GB/s from L2 on the Xeon this was tuned on):
 /// there everything past the L2 is prefetched (1x1536x1536: +5%).
 ///
-/// On Zen 5 (AMD family 0x1A) never: there a batch-1 run on DRAM-resident weights runs
-/// faster on the hardware prefetchers alone. Measured on 1x4096x4096 (64 MiB of weights)
+/// On Zen 5 (AMD family 0x1A) never for a run on one thread (`shared` false): there a
+/// batch-1 run on DRAM-resident weights runs faster on the hardware prefetchers alone, while
+/// two threads sharing the memory's bandwidth run faster with the prefetches (the same
+/// throwaway switch through `--threads 2`, three alternating runs, against current XNNPACK:
+/// with them 1.00–1.07×, without 0.97–1.09× and one outlier; against Debian's 1.03–1.08×
+/// against 0.96–0.97×). Measured on 1x4096x4096 (64 MiB of weights)
 /// against current XNNPACK in the same runs, with throwaway code setting the distance at run
 /// time (`keepalloc-kernels-bench --libs keepalloc,XNNPACK-2026 --shapes 1x4096x4096`, two
 /// runs of each): none 1.00–1.01×, 8 KiB ahead 0.99–1.00×, 16 KiB 0.95–0.96×, 32 KiB 0.94×,
 /// 64 KiB 0.93–0.94×; then three alternating runs with OpenBLAS too, none 1.01–1.04×
 /// (25.2–25.3 GFLOPS), 16 KiB 0.94–1.05× (22.6–23.3).
-fn gemv_prefetch_above() -> usize {
+fn gemv_prefetch_above(shared: bool) -> usize {
     match cache::l2_bytes() {
-        _ if cache::is_zen5() => usize::MAX,
+        _ if cache::is_zen5() && !shared => usize::MAX,
         l2 if l2 > 0 && cache::is_intel() => l2,
         _ => GEMV_PREFETCH_ABOVE,
     }
@@ -112,8 +116,8 @@ const GEMV_PREFETCH_FLOATS: usize = 4096;
 /// GEMV prefetch distance into L1 when the weights are in L2: 4 KiB, 32 k steps of a panel.
 const GEMV_L1_PREFETCH_FLOATS: usize = 1024;
 
-/// How a batch-1 run over `packed_bytes` of weights prefetches: the distance ahead in floats
-/// (0: none) and whether into L1.
+/// How a batch-1 run over `packed_bytes` of weights prefetches (`shared`: the run is cut over
+/// threads): the distance ahead in floats (0: none) and whether into L1.
 ///
 /// - Past [`gemv_prefetch_above`] the weights come from L3 or DRAM: into L2, 16 KiB ahead.
 /// - Past L1 but within L2, on Intel: into L1, 4 KiB ahead. The L2 streamer
@@ -127,9 +131,9 @@ const GEMV_L1_PREFETCH_FLOATS: usize = 1024;
 ///   Zen 5 (AMD family 0x1A, 1 MiB L2, 48 KiB L1): there the same prefetches took
 ///   1x256x256 from 1.31× current XNNPACK to 1.08–1.10× (three runs each, alternating).
 /// - Within L1 (1×96×64's 24 KiB), nothing: the weights are there already.
-fn gemv_prefetch(packed_bytes: usize) -> (isize, bool) {
+fn gemv_prefetch(packed_bytes: usize, shared: bool) -> (isize, bool) {
     let l1 = cache::l1d_bytes();
-    if packed_bytes > gemv_prefetch_above() {
+    if packed_bytes > gemv_prefetch_above(shared) {
         (GEMV_PREFETCH_FLOATS as isize, false)
     } else if cache::is_intel() && l1 > 0 && packed_bytes > l1 && packed_bytes <= cache::l2_bytes()
     {
@@ -232,6 +236,8 @@ pub(crate) struct Problem {
     pub ldc: usize,
     pub min: f32,
     pub max: f32,
+    /// The run is cut over more than one thread (this is one task's share).
+    pub shared: bool,
 }
 
 // SAFETY: a `Problem` is handed to the threads of a `Parallel` (a pool's workers, a
@@ -322,7 +328,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     if p.m == 1 {
         // The GEMV prefetches this far ahead in the packed block (whose panels are
         // contiguous), into L2 or L1 by where the weights come from.
-        let (pf_off, pf_l1) = gemv_prefetch(packed_bytes);
+        let (pf_off, pf_l1) = gemv_prefetch(packed_bytes, p.shared);
         // Every other batch-1 run on this thread goes through the panels backwards, so it
         // starts on the panels the previous run read last. Each panel is computed by the
         // same instructions in either order: the result does not change.
