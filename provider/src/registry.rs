@@ -128,6 +128,8 @@ impl Registry {
         if let Some(i) = self.find(name, 1) {
             return Ok((i, &self.onces[i]));
         }
+        #[cfg(test)]
+        tests::between_scan_and_lock(self, name);
         let _guard = self.insert.lock().unwrap_or_else(|e| e.into_inner());
         // Another thread may have registered it (or others) since the lock-free scan.
         for i in 1..MAX_LIBRARIES {
@@ -162,5 +164,41 @@ impl Registry {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// Registers the name once more between `slot`'s lock-free scan and its lock, on this
+        /// thread only: what another thread can do in that window.
+        static INTERLOPER: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn between_scan_and_lock(reg: &Registry, name: &str) {
+        if INTERLOPER.with(|i| i.replace(false)) {
+            reg.slot(name).expect("the interloper registers the name");
+        }
+    }
+
+    /// A name registered by another thread after `slot`'s lock-free scan missed it is found
+    /// by the scan under the lock, not registered a second time (the race that 32 threads
+    /// asking for one new name only sometimes produce, made to happen every time).
+    #[test]
+    fn a_name_registered_after_the_scan_is_found_under_the_lock() {
+        let reg = Registry::new();
+        INTERLOPER.with(|i| i.set(true));
+        let (slot, once) = reg.slot("late").expect("registered");
+        assert!(!INTERLOPER.with(Cell::get), "the interloper ran");
+        assert_eq!(slot, 1, "the interloper's slot, found under the lock");
+        assert!(core::ptr::eq(once, reg.once(1)));
+        assert!(
+            reg.names[2].get().is_none(),
+            "no second slot for the same name"
+        );
+        assert_eq!(reg.slot("late").expect("registered").0, 1);
     }
 }
