@@ -692,8 +692,8 @@ mod cache {
         if amd && leaf0.eax >= 1 {
             // SAFETY: leaf 1 is supported (max leaf >= 1, checked above).
             zen5 = family(unsafe { __cpuid(1) }.eax) >= 0x1a;
-            // SAFETY: leaf 0x8000_0000 (the highest extended leaf) exists on every x86-64
-            // CPU.
+            // Leaf 0x8000_0000 gives the highest extended leaf.
+            // SAFETY: leaf 0x8000_0000 exists on every x86-64 CPU.
             let max_ext = unsafe { __cpuid(0x8000_0000) }.eax;
             if max_ext >= 0x8000_0006 {
                 // Leaf 0x8000_0005, ECX bits 24..32: L1 data cache KiB per core; leaf
