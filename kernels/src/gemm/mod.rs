@@ -75,26 +75,51 @@ pub(crate) struct Tile {
 /// than they bring (measured on 1x1536x1536: -5%; on 1x4096x4096: +30%).
 const GEMV_PREFETCH_ABOVE: usize = 16 << 20;
 
-/// [`GEMV_PREFETCH_ABOVE`], except on Intel, whose per-core L3 bandwidth is close to its
-/// DRAM bandwidth (about 26 GB/s against 140 GB/s from L2 on the Xeon this was tuned on):
-/// there everything past the L2 is prefetched (1x1536x1536: +5%).
+/// [`GEMV_PREFETCH_ABOVE`], except:
 ///
-/// On Zen 5 (AMD family 0x1A) never for a run on one thread (`shared` false): there a
-/// batch-1 run on DRAM-resident weights runs faster on the hardware prefetchers alone, while
-/// two threads sharing the memory's bandwidth run faster with the prefetches (the same
-/// throwaway switch through `--threads 2`, three alternating runs, against current XNNPACK:
-/// with them 1.00–1.07×, without 0.97–1.09× and one outlier; against Debian's 1.03–1.08×
-/// against 0.96–0.97×). Measured on 1x4096x4096 (64 MiB of weights)
-/// against current XNNPACK in the same runs, with throwaway code setting the distance at run
-/// time (`keepalloc-kernels-bench --libs keepalloc,XNNPACK-2026 --shapes 1x4096x4096`, two
-/// runs of each): none 1.00–1.01×, 8 KiB ahead 0.99–1.00×, 16 KiB 0.95–0.96×, 32 KiB 0.94×,
-/// 64 KiB 0.93–0.94×; then three alternating runs with OpenBLAS too, none 1.01–1.04×
-/// (25.2–25.3 GFLOPS), 16 KiB 0.94–1.05× (22.6–23.3).
-fn gemv_prefetch_above(shared: bool) -> usize {
-    match cache::l2_bytes() {
-        _ if cache::is_zen5() && !shared => usize::MAX,
-        l2 if l2 > 0 && cache::is_intel() => l2,
-        _ => GEMV_PREFETCH_ABOVE,
+/// - On Intel, whose per-core L3 bandwidth is close to its DRAM bandwidth (about 26 GB/s
+///   against 140 GB/s from L2 on the Xeon this was tuned on): there everything past the L2
+///   is prefetched (1x1536x1536: +5%).
+/// - On Zen 5 (AMD family 0x1A), for a run on one thread (`shared` false): never. There a
+///   batch-1 run on DRAM-resident weights is faster on the hardware prefetchers alone.
+///   Measured on 1x4096x4096 (64 MiB of weights) against current XNNPACK in the same runs,
+///   with throwaway code setting the distance at run time (`keepalloc-kernels-bench --libs
+///   keepalloc,XNNPACK-2026 --shapes 1x4096x4096`, two runs of each): none 1.00–1.01×, 8 KiB
+///   ahead 0.99–1.00×, 16 KiB 0.95–0.96×, 32 KiB 0.94×, 64 KiB 0.93–0.94×; then three
+///   alternating runs with OpenBLAS too, none 1.01–1.04× (25.2–25.3 GFLOPS), 16 KiB
+///   0.94–1.05× (22.6–23.3). Two threads sharing the memory's bandwidth are faster with the
+///   prefetches: the same switch through `--threads 2`, three alternating runs, with them
+///   1.03–1.08× Debian's XNNPACK and 1.00–1.07× current, without 0.96–0.97× and 0.97–1.09×.
+fn gemv_prefetch_above(shared: bool, c: Caches) -> usize {
+    if c.zen5 && !shared {
+        usize::MAX
+    } else if c.intel && c.l2 > 0 {
+        c.l2
+    } else {
+        GEMV_PREFETCH_ABOVE
+    }
+}
+
+/// What the cache rules know of this CPU (see [`cache`]).
+#[derive(Clone, Copy)]
+struct Caches {
+    /// L1 data cache bytes per core, 0 when unknown.
+    l1: usize,
+    /// L2 bytes per core, 0 when unknown.
+    l2: usize,
+    /// An Intel CPU.
+    intel: bool,
+    /// An AMD CPU of family 0x1A (Zen 5) or later.
+    zen5: bool,
+}
+
+/// This CPU's [`Caches`].
+fn caches() -> Caches {
+    Caches {
+        l1: cache::l1d_bytes(),
+        l2: cache::l2_bytes(),
+        intel: cache::is_intel(),
+        zen5: cache::is_zen5(),
     }
 }
 
@@ -131,12 +156,10 @@ const GEMV_L1_PREFETCH_FLOATS: usize = 1024;
 ///   Zen 5 (AMD family 0x1A, 1 MiB L2, 48 KiB L1): there the same prefetches took
 ///   1x256x256 from 1.31× current XNNPACK to 1.08–1.10× (three runs each, alternating).
 /// - Within L1 (1×96×64's 24 KiB), nothing: the weights are there already.
-fn gemv_prefetch(packed_bytes: usize, shared: bool) -> (isize, bool) {
-    let l1 = cache::l1d_bytes();
-    if packed_bytes > gemv_prefetch_above(shared) {
+fn gemv_prefetch(packed_bytes: usize, shared: bool, c: Caches) -> (isize, bool) {
+    if packed_bytes > gemv_prefetch_above(shared, c) {
         (GEMV_PREFETCH_FLOATS as isize, false)
-    } else if cache::is_intel() && l1 > 0 && packed_bytes > l1 && packed_bytes <= cache::l2_bytes()
-    {
+    } else if c.intel && c.l1 > 0 && packed_bytes > c.l1 && packed_bytes <= c.l2 {
         (GEMV_L1_PREFETCH_FLOATS as isize, true)
     } else {
         (0, false)
@@ -328,7 +351,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     if p.m == 1 {
         // The GEMV prefetches this far ahead in the packed block (whose panels are
         // contiguous), into L2 or L1 by where the weights come from.
-        let (pf_off, pf_l1) = gemv_prefetch(packed_bytes, p.shared);
+        let (pf_off, pf_l1) = gemv_prefetch(packed_bytes, p.shared, caches());
         // Every other batch-1 run on this thread goes through the panels backwards, so it
         // starts on the panels the previous run read last. Each panel is computed by the
         // same instructions in either order: the result does not change.
@@ -364,7 +387,7 @@ pub(crate) unsafe fn run(p: &Problem, panels: Range<usize>) {
     }
     let mut abuf = ABuf([MaybeUninit::uninit(); A_BUF]);
     let abuf = abuf.0.as_mut_ptr().cast::<f32>();
-    let (stream_below, nc) = blocking(p.isa, &s, p.k);
+    let (stream_below, nc) = blocking(p.isa, &s, p.k, caches());
     let nc = if packed_bytes < stream_below {
         usize::MAX
     } else {
@@ -622,9 +645,9 @@ fn pair_rows_on(isa: Isa, m: usize, packed_bytes: usize, l2: usize, intel: bool)
 /// 64x1024x1024 1.05× / 1.09–1.11×, 128x2048x2048 1.01× / 1.05–1.07×, 256x512x2048 0.97× /
 /// 1.00–1.02×, 512x512x512 0.96× / 1.00–1.01×; blocks of a quarter and three quarters of
 /// the L2 in between or the same. Zen 4, where streaming measured better, keeps it.
-fn blocking(isa: Isa, s: &Shape, k: usize) -> (usize, usize) {
-    let l2 = cache::l2_bytes();
-    if isa != Isa::Avx512 || !(cache::is_intel() || cache::is_zen5()) || l2 == 0 {
+fn blocking(isa: Isa, s: &Shape, k: usize, c: Caches) -> (usize, usize) {
+    let l2 = c.l2;
+    if isa != Isa::Avx512 || !(c.intel || c.zen5) || l2 == 0 {
         return (s.stream_below, s.nc);
     }
     let kc = s.kc.min(k).max(1);
@@ -769,7 +792,89 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
 
 #[cfg(test)]
 mod tests {
-    use super::{Isa, lone_panel, pair_rows_on, pairs_outer, row_tiles};
+    use super::{
+        Caches, GEMV_L1_PREFETCH_FLOATS, GEMV_PREFETCH_FLOATS, Isa, blocking, gemv_prefetch,
+        lone_panel, pair_rows_on, pairs_outer, row_tiles, shape,
+    };
+
+    const MIB: usize = 1 << 20;
+    const ZEN5: Caches = Caches {
+        l1: 48 << 10,
+        l2: MIB,
+        intel: false,
+        zen5: true,
+    };
+    const XEON: Caches = Caches {
+        l1: 48 << 10,
+        l2: 2 * MIB,
+        intel: true,
+        zen5: false,
+    };
+    /// Zen 4 (AMD family 0x19): its sizes read from CPUID as Zen 5's are, without Zen 5's
+    /// rules.
+    const ZEN4: Caches = Caches {
+        l1: 32 << 10,
+        l2: MIB,
+        intel: false,
+        zen5: false,
+    };
+
+    #[test]
+    fn gemv_prefetches_by_where_the_weights_come_from_and_the_cpu() {
+        let l2_ahead = (GEMV_PREFETCH_FLOATS as isize, false);
+        let l1_ahead = (GEMV_L1_PREFETCH_FLOATS as isize, true);
+        let none = (0, false);
+        // 1x4096x4096 (DRAM), 1x1536x1536 (L3), 1x256x256 (L2), 1x96x64 (L1).
+        let (dram, l3, l2, l1) = (64 * MIB, 9 * MIB, 256 << 10, 24 << 10);
+        // Zen 5: nothing on one thread; DRAM-resident weights prefetched when cut over threads.
+        for bytes in [dram, l3, l2, l1] {
+            assert_eq!(gemv_prefetch(bytes, false, ZEN5), none, "{bytes}");
+        }
+        assert_eq!(gemv_prefetch(dram, true, ZEN5), l2_ahead);
+        assert_eq!(gemv_prefetch(l3, true, ZEN5), none);
+        assert_eq!(gemv_prefetch(l2, true, ZEN5), none);
+        // Intel: everything past its L2 into L2, what is in L2 into L1, threads or not.
+        for shared in [false, true] {
+            assert_eq!(gemv_prefetch(dram, shared, XEON), l2_ahead);
+            assert_eq!(gemv_prefetch(l3, shared, XEON), l2_ahead);
+            assert_eq!(gemv_prefetch(l2, shared, XEON), l1_ahead);
+            assert_eq!(gemv_prefetch(l1, shared, XEON), none);
+        }
+        // Elsewhere (Zen 4): past half its L3 only.
+        for shared in [false, true] {
+            assert_eq!(gemv_prefetch(dram, shared, ZEN4), l2_ahead);
+            assert_eq!(gemv_prefetch(l3, shared, ZEN4), none);
+            assert_eq!(gemv_prefetch(l2, shared, ZEN4), none);
+        }
+    }
+
+    #[test]
+    fn n_blocks_of_half_the_l2_on_intel_and_zen5_streaming_elsewhere() {
+        let s = shape(Isa::Avx512);
+        // K = 512: a panel's K block is 512 * 32 * 4 = 64 KiB.
+        assert_eq!(blocking(Isa::Avx512, &s, 512, ZEN5), (0, 8));
+        assert_eq!(blocking(Isa::Avx512, &s, 512, XEON), (0, 16));
+        // K past KC: the block is KC deep (128 KiB a panel), and never fewer than 2 panels.
+        assert_eq!(blocking(Isa::Avx512, &s, 4096, ZEN5), (0, 4));
+        let tiny = Caches {
+            l2: 64 << 10,
+            ..ZEN5
+        };
+        assert_eq!(blocking(Isa::Avx512, &s, 4096, tiny), (0, 2));
+        // Zen 4, or an unknown L2: the shape's own streaming rule.
+        assert_eq!(blocking(Isa::Avx512, &s, 512, ZEN4), (s.stream_below, s.nc));
+        let unknown = Caches { l2: 0, ..ZEN5 };
+        assert_eq!(
+            blocking(Isa::Avx512, &s, 512, unknown),
+            (s.stream_below, s.nc)
+        );
+        // Other ISAs keep their shapes.
+        let avx2 = shape(Isa::Avx2);
+        assert_eq!(
+            blocking(Isa::Avx2, &avx2, 512, ZEN5),
+            (avx2.stream_below, avx2.nc)
+        );
+    }
 
     #[test]
     fn six_row_pairs_where_the_weights_stay_in_l2_or_enough_rows_share_them() {
