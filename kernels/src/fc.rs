@@ -445,12 +445,35 @@ const TASKS_PER_THREAD: usize = 12;
 /// Rows below which a run is cut into at most one task per thread (see [`Grid::new`]).
 const STATIC_BELOW_ROWS: usize = 16;
 
-/// Floating-point operations below which a whole run stays on the calling thread. Handing
-/// work to the pool and waiting for it costs about 1.3 µs a run on this machine (16×32×256,
-/// 262 Kflop: 1.8 µs on one thread, 3.1 µs on two), so a second thread only pays once half
-/// the run takes longer than that: 16×64×256 (524 Kflop) ties (3.6 against 4.0 µs and 5.1
-/// against 4.6 in two runs), 16×64×512 (1 Mflop) is 1.3–1.8× faster on two.
+/// Floating-point operations below which a whole run stays on the calling thread (see
+/// [`min_parallel_flops`]). Handing work to the pool and waiting for it cost about 1.3 µs a
+/// run on the Xeon this was measured on (16×32×256, 262 Kflop: 1.8 µs on one thread, 3.1 µs
+/// on two), so a second thread only paid once half the run took longer than that:
+/// 16×64×256 (524 Kflop) tied (3.6 against 4.0 µs and 5.1 against 4.6 in two runs),
+/// 16×64×512 (1 Mflop) was 1.3–1.8× faster on two.
 const MIN_PARALLEL_FLOPS: usize = 1 << 19;
+
+/// [`MIN_PARALLEL_FLOPS`] on Zen 4 (AMD family 0x19), where a hand-off costs a fraction of
+/// that: two threads against one (`cargo run --release -p keepalloc-kernels-bench
+/// --example output_alignment -- --shape S --rounds 150`, with throwaway code setting the
+/// threshold at run time, median of the rounds' ratios) 16×32×256 1.23×, 4×128×256 1.41×,
+/// 1×256×256 1.41× (262, 262 and 131 Kflop), 1×512×256 1.68×; at 65 Kflop it stops paying:
+/// 1×128×256 1.13×, 2×128×128 0.89×. Batch 1 at 1×256×256 matters: current XNNPACK on a
+/// two-thread pthreadpool cuts it, and in `cargo xtask bench --threads 2` reached 1.3–1.5×
+/// keepalloc's one-thread run in some runs.
+const MIN_PARALLEL_FLOPS_ZEN4: usize = 1 << 17;
+
+/// The floating-point operations below which a run stays on the calling thread on CPU `c`:
+/// [`MIN_PARALLEL_FLOPS_ZEN4`] on an AMD CPU before Zen 5, [`MIN_PARALLEL_FLOPS`] elsewhere
+/// (the Xeon's figure; Zen 5 was measured at or above current XNNPACK at two threads with
+/// it).
+fn min_parallel_flops(c: gemm::Caches) -> usize {
+    if c.amd && !c.zen5 {
+        MIN_PARALLEL_FLOPS_ZEN4
+    } else {
+        MIN_PARALLEL_FLOPS
+    }
+}
 
 /// Floating-point operations below which a piece of work is not worth handing to another
 /// thread (a wake-up and a hand-back cost about a microsecond; 32 Kflop is about half a
@@ -539,6 +562,19 @@ impl Grid {
     /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256
     /// +10–15%, 1×1536×1536 +33%, 1×4096×4096 +4–5%.
     pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
+        Grid::with_min_flops(m, k, n, nr, mr, threads, min_parallel_flops(gemm::caches()))
+    }
+
+    /// [`Grid::new`] with runs below `min_flops` kept on one thread.
+    fn with_min_flops(
+        m: usize,
+        k: usize,
+        n: usize,
+        nr: usize,
+        mr: usize,
+        threads: usize,
+        min_flops: usize,
+    ) -> Grid {
         let mut best = Grid::cut(m, n, nr, mr, 1, 1);
         let (units, panels) = (best.units, best.panels);
         let flops = m.saturating_mul(k).saturating_mul(n).saturating_mul(2);
@@ -547,7 +583,7 @@ impl Grid {
         } else {
             TASKS_PER_THREAD
         };
-        let max_tasks = if flops < MIN_PARALLEL_FLOPS {
+        let max_tasks = if flops < min_flops {
             1
         } else {
             (flops / MIN_TASK_FLOPS)
@@ -744,7 +780,10 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use super::{Grid, GridCache, MAX_TASKS};
+    use super::{
+        Grid, GridCache, MAX_TASKS, MIN_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS_ZEN4, gemm,
+        min_parallel_flops,
+    };
 
     #[test]
     fn the_grid_cache_gives_what_grid_new_gives_for_every_batch_and_thread_count() {
@@ -827,14 +866,32 @@ mod tests {
 
     #[test]
     fn runs_below_min_parallel_flops_stay_on_the_calling_thread() {
-        // 262 Kflop and 131 Kflop: one task, whatever the thread count.
+        let grid = |m, k, n, threads, min| Grid::with_min_flops(m, k, n, 32, 8, threads, min);
         for threads in [2, 4, 64] {
-            assert_eq!(Grid::new(16, 32, 256, 32, 8, threads).tasks(), 1);
-            assert_eq!(Grid::new(1, 256, 256, 32, 8, threads).tasks(), 1);
+            // The Xeon's threshold: 262 Kflop and 131 Kflop, one task whatever the threads.
+            assert_eq!(grid(16, 32, 256, threads, MIN_PARALLEL_FLOPS).tasks(), 1);
+            assert_eq!(grid(1, 256, 256, threads, MIN_PARALLEL_FLOPS).tasks(), 1);
+            // Zen 4's: both cut, and 65 Kflop (1×128×256) stays whole.
+            assert!(grid(16, 32, 256, threads, MIN_PARALLEL_FLOPS_ZEN4).tasks() > 1);
+            assert!(grid(1, 256, 256, threads, MIN_PARALLEL_FLOPS_ZEN4).tasks() > 1);
+            assert_eq!(
+                grid(1, 128, 256, threads, MIN_PARALLEL_FLOPS_ZEN4).tasks(),
+                1
+            );
         }
-        // 524 Kflop (the threshold) and 1 Mflop: cut.
-        assert!(Grid::new(16, 64, 256, 32, 8, 2).tasks() > 1);
-        assert!(Grid::new(16, 64, 512, 32, 8, 2).tasks() > 1);
+        // 524 Kflop (the Xeon's threshold) and 1 Mflop: cut.
+        assert!(grid(16, 64, 256, 2, MIN_PARALLEL_FLOPS).tasks() > 1);
+        assert!(grid(16, 64, 512, 2, MIN_PARALLEL_FLOPS).tasks() > 1);
+    }
+
+    #[test]
+    fn the_threshold_follows_the_cpu() {
+        use crate::gemm::test_cpus::{XEON, ZEN4, ZEN5};
+        assert_eq!(min_parallel_flops(ZEN4), MIN_PARALLEL_FLOPS_ZEN4);
+        assert_eq!(min_parallel_flops(XEON), MIN_PARALLEL_FLOPS);
+        assert_eq!(min_parallel_flops(ZEN5), MIN_PARALLEL_FLOPS);
+        let unknown = gemm::Caches { amd: false, ..ZEN4 };
+        assert_eq!(min_parallel_flops(unknown), MIN_PARALLEL_FLOPS);
     }
 
     /// The floats a cut reads in all: every row chunk all the weights, every panel chunk

@@ -102,23 +102,26 @@ fn gemv_prefetch_above(shared: bool, c: Caches) -> usize {
 
 /// What the cache rules know of this CPU (see [`cache`]).
 #[derive(Clone, Copy)]
-struct Caches {
+pub(crate) struct Caches {
     /// L1 data cache bytes per core, 0 when unknown.
-    l1: usize,
+    pub(crate) l1: usize,
     /// L2 bytes per core, 0 when unknown.
-    l2: usize,
+    pub(crate) l2: usize,
     /// An Intel CPU.
-    intel: bool,
+    pub(crate) intel: bool,
+    /// An AMD CPU (any family).
+    pub(crate) amd: bool,
     /// An AMD CPU of family 0x1A (Zen 5) or later.
-    zen5: bool,
+    pub(crate) zen5: bool,
 }
 
 /// This CPU's [`Caches`].
-fn caches() -> Caches {
+pub(crate) fn caches() -> Caches {
     Caches {
         l1: cache::l1d_bytes(),
         l2: cache::l2_bytes(),
         intel: cache::is_intel(),
+        amd: cache::is_amd(),
         zen5: cache::is_zen5(),
     }
 }
@@ -660,7 +663,7 @@ fn blocking(isa: Isa, s: &Shape, k: usize, c: Caches) -> (usize, usize) {
 mod cache {
     use core::sync::atomic::{AtomicUsize, Ordering};
 
-    /// 0: not read yet; else 1 + (L2 bytes << 2 | zen5 << 1 | intel).
+    /// 0: not read yet; else 1 + (L2 bytes << 3 | amd << 2 | zen5 << 1 | intel).
     static INFO: AtomicUsize = AtomicUsize::new(0);
     /// L1 data cache bytes, stored before `INFO` (0: unknown).
     static L1D: AtomicUsize = AtomicUsize::new(0);
@@ -678,7 +681,7 @@ mod cache {
 
     /// Per-core L2 bytes, 0 when unknown.
     pub(super) fn l2_bytes() -> usize {
-        info() >> 2
+        info() >> 3
     }
 
     /// Per-core L1 data cache bytes, 0 when unknown.
@@ -696,6 +699,11 @@ mod cache {
     /// The CPU is an AMD one of family 0x1A (Zen 5) or later.
     pub(super) fn is_zen5() -> bool {
         info() & 2 == 2
+    }
+
+    /// The CPU is an AMD one.
+    pub(super) fn is_amd() -> bool {
+        info() & 4 == 4
     }
 
     // `__cpuid` is a safe function on recent toolchains and an unsafe one on older ones.
@@ -750,7 +758,7 @@ mod cache {
             }
         }
         (
-            (l2 << 2) | (usize::from(zen5) << 1) | usize::from(intel),
+            (l2 << 3) | (usize::from(amd) << 2) | (usize::from(zen5) << 1) | usize::from(intel),
             l1,
         )
     }
@@ -790,34 +798,48 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
     }
 }
 
+/// The CPUs the cache rules were measured on, as [`Caches`] values for unit tests.
+#[cfg(test)]
+pub(crate) mod test_cpus {
+    use super::Caches;
+
+    const MIB: usize = 1 << 20;
+    /// Zen 5 (AMD family 0x1A).
+    pub(crate) const ZEN5: Caches = Caches {
+        l1: 48 << 10,
+        l2: MIB,
+        intel: false,
+        amd: true,
+        zen5: true,
+    };
+    /// The 2 MiB-L2 Xeon.
+    pub(crate) const XEON: Caches = Caches {
+        l1: 48 << 10,
+        l2: 2 * MIB,
+        intel: true,
+        amd: false,
+        zen5: false,
+    };
+    /// Zen 4 (AMD family 0x19): its sizes read from CPUID as Zen 5's are, without Zen 5's
+    /// rules.
+    pub(crate) const ZEN4: Caches = Caches {
+        l1: 32 << 10,
+        l2: MIB,
+        intel: false,
+        amd: true,
+        zen5: false,
+    };
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_cpus::{XEON, ZEN4, ZEN5};
     use super::{
         Caches, GEMV_L1_PREFETCH_FLOATS, GEMV_PREFETCH_FLOATS, Isa, blocking, gemv_prefetch,
         lone_panel, pair_rows_on, pairs_outer, row_tiles, shape,
     };
 
     const MIB: usize = 1 << 20;
-    const ZEN5: Caches = Caches {
-        l1: 48 << 10,
-        l2: MIB,
-        intel: false,
-        zen5: true,
-    };
-    const XEON: Caches = Caches {
-        l1: 48 << 10,
-        l2: 2 * MIB,
-        intel: true,
-        zen5: false,
-    };
-    /// Zen 4 (AMD family 0x19): its sizes read from CPUID as Zen 5's are, without Zen 5's
-    /// rules.
-    const ZEN4: Caches = Caches {
-        l1: 32 << 10,
-        l2: MIB,
-        intel: false,
-        zen5: false,
-    };
 
     #[test]
     fn gemv_prefetches_by_where_the_weights_come_from_and_the_cpu() {
