@@ -956,6 +956,57 @@ mod tests {
         assert_eq!(super::cache::family(0x0083_0f10), 0x17);
     }
 
+    /// What `cache` reads from CPUID against the kernel's own view of the CPU: the vendor and
+    /// family in `/proc/cpuinfo`, the L1 data and L2 sizes in sysfs (which Linux reads from
+    /// other CPUID leaves: 4 on Intel, 0x8000_001D on AMD). A packing slip in `cache::INFO`
+    /// (a flag bit read as part of the L2 size, say) fails here on any Intel or AMD machine.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn cpuid_agrees_with_the_kernel_about_this_cpu() {
+        use super::cache;
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo");
+        let field = |name: &str| {
+            cpuinfo
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == name).then(|| v.trim().to_string())
+                })
+                .unwrap_or_else(|| panic!("no {name:?} in /proc/cpuinfo"))
+        };
+        let vendor = field("vendor_id");
+        let family: u32 = field("cpu family").parse().expect("cpu family");
+        let (intel, amd) = (vendor == "GenuineIntel", vendor == "AuthenticAMD");
+        assert_eq!(cache::is_intel(), intel, "{vendor}");
+        assert_eq!(cache::is_amd(), amd, "{vendor}");
+        assert_eq!(
+            cache::is_zen5(),
+            amd && family >= 0x1a,
+            "{vendor} family {family}"
+        );
+        if !(intel || amd) {
+            return;
+        }
+        // cpu0's data or unified caches by level, from sysfs.
+        let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+        let mut sizes = [0usize; 3];
+        for entry in std::fs::read_dir(dir).expect("sysfs cache directory") {
+            let path = entry.expect("sysfs entry").path();
+            let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+            let (level, kind, size) = (read("level"), read("type"), read("size"));
+            let level: usize = match level.trim().parse() {
+                Ok(l @ 1..=2) => l,
+                _ => continue,
+            };
+            if matches!(kind.trim(), "Data" | "Unified") {
+                let kib: usize = size.trim().trim_end_matches('K').parse().expect("size");
+                sizes[level] = kib * 1024;
+            }
+        }
+        assert_eq!(cache::l1d_bytes(), sizes[1], "L1d against sysfs");
+        assert_eq!(cache::l2_bytes(), sizes[2], "L2 against sysfs");
+    }
+
     #[test]
     fn row_tiles_cover_m_in_balanced_tiles() {
         for mr in 1..=16 {
