@@ -80,8 +80,10 @@ pub const MAX_POOL_THREADS: usize = 1024;
 /// How long an idle worker (or a caller waiting for workers) spins before it sleeps: long
 /// enough that the workers of a model that runs layer after layer never sleep between two
 /// runs (a sleeping worker wakes tens of microseconds late, and the caller takes its share
-/// meanwhile), short enough that an idle pool soon stops using CPU. pthreadpool spins for a
-/// similar time.
+/// meanwhile), short enough that an idle pool soon stops using CPU. Debian's pthreadpool
+/// spins far longer, about 25 ms on the Zen 4 VM (a million pauses; the process's CPU clock
+/// after one job), and a 10 ms pause in the bench was too short for it; on that VM a woken
+/// worker was also seen placed on the caller's core for up to a scheduler tick.
 const SPIN: Duration = Duration::from_millis(1);
 
 /// The low half of [`Shared::state`] once a job is closed (front = back = `0xffff`): no

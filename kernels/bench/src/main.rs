@@ -200,6 +200,9 @@ impl From<Cli> for Options {
 /// neighbour's load on this shared machine slows all of them alike instead of one.
 const ROUNDS: usize = 11;
 
+/// How long a runner runs untimed after a pause, before its batch (see `median_gflops`).
+const WARM_UP: Duration = Duration::from_millis(8);
+
 /// A batch of samples is steady when every core's probe, just before and just after it,
 /// read at least this share of the best one-core probe of the run ([`probe::core_speeds`]).
 /// On this VM a core in a slow phase reads 60-100 GFLOPS against 130-155 in a normal one.
@@ -274,8 +277,13 @@ pub struct Measured {
     pub rounds: Vec<f64>,
     /// Per round, the slowest core's GFLOPS in the probes just before and after the batch.
     pub floors: Vec<f64>,
+    /// Per round, whether the process was idle before the batch ([`probe::quiesce`]; always
+    /// true where the runners take no pause).
+    pub idle: Vec<bool>,
+    /// Per round, how long the pause before the batch lasted, in ms (0 without one).
+    pub pause_ms: Vec<f64>,
     /// Per round, whether the batch was steady: its floor at least [`STEADY`] of the best
-    /// one-core probe of the run.
+    /// one-core probe of the run, and the process idle before it.
     pub steady: Vec<bool>,
 }
 
@@ -347,8 +355,9 @@ fn median_gflops<L>(
     pin: impl Fn(&L) -> Option<usize>,
 ) -> Vec<Option<Measured>> {
     let floor = || probe::core_speeds().into_iter().fold(f64::MAX, f64::min);
-    // Each runner's timing, samples per batch, and per round its median and witness floor.
-    type Batches = (Timing, usize, Vec<f64>, Vec<f64>);
+    // Each runner's timing, samples per batch, and per round its median, witness floor and
+    // the pause before it (its length in ms, or None when the process never went idle).
+    type Batches = (Timing, usize, Vec<f64>, Vec<f64>, Vec<Option<f64>>);
     let mut timings: Vec<Option<Batches>> = runners
         .iter_mut()
         .map(|(_, r)| {
@@ -356,24 +365,39 @@ fn median_gflops<L>(
             let (t, sample) = Timing::calibrate(run, out);
             let per_round =
                 (budget.as_nanos() / ROUNDS as u128 / sample.as_nanos()).clamp(3, 300) as usize;
-            Some((t, per_round, Vec::new(), Vec::new()))
+            Some((t, per_round, Vec::new(), Vec::new(), Vec::new()))
         })
         .collect();
     for round in 0..ROUNDS {
         for i in round_order(round, runners.len()) {
             let ((lib, r), t) = (&mut runners[i], &mut timings[i]);
-            if let (Ok(run), Some((t, per_round, rounds, floors))) = (r.as_mut(), t.as_mut()) {
+            if let (Ok(run), Some((t, per_round, rounds, floors, pauses))) =
+                (r.as_mut(), t.as_mut())
+            {
                 let pinned = pin(lib);
                 if let Some(cpu) = pinned {
                     // A column labelled with its CPU must run there: no silent fallback.
                     probe::pin_to(cpu)
                         .unwrap_or_else(|e| panic!("pinning the bench to CPU {cpu}: {e}"));
                 }
-                if !pause.is_zero() {
-                    std::thread::sleep(pause);
-                }
+                // With a pause, also until every other thread of the process sleeps: a worker
+                // still spinning after the previous library's batch takes a core from this one.
+                pauses.push(if pause.is_zero() {
+                    Some(0.0)
+                } else {
+                    probe::quiesce(pause).map(|d| d.as_secs_f64() * 1e3)
+                });
                 // The witness: every core's speed just before and just after the batch.
                 let before = floor();
+                if !pause.is_zero() {
+                    // The pause put every pool's workers to sleep; woken, one can land on the
+                    // caller's core until the scheduler moves it (up to a 4 ms tick here), so
+                    // the batch starts once the runner has run that long untimed.
+                    let warm = Instant::now();
+                    while warm.elapsed() < WARM_UP {
+                        run(black_box(&mut *out));
+                    }
+                }
                 let first = t.samples.len();
                 t.sample(run, out, flops, *per_round);
                 rounds.push(median(&t.samples[first..]));
@@ -388,11 +412,17 @@ fn median_gflops<L>(
     timings
         .into_iter()
         .map(|t| {
-            t.map(|(t, _, rounds, floors)| Measured {
+            t.map(|(t, _, rounds, floors, pauses)| Measured {
                 median: t.median(),
-                steady: floors.iter().map(|&f| f >= STEADY * best).collect(),
+                steady: floors
+                    .iter()
+                    .zip(&pauses)
+                    .map(|(&f, p)| p.is_some() && f >= STEADY * best)
+                    .collect(),
                 rounds,
                 floors,
+                idle: pauses.iter().map(Option::is_some).collect(),
+                pause_ms: pauses.iter().map(|p| p.unwrap_or(f64::NAN)).collect(),
             })
         })
         .collect()
@@ -748,6 +778,8 @@ pub(crate) fn result_json(gflops: &Result<Measured, String>, correct: bool) -> s
             "gflops": g.median,
             "round_gflops": g.rounds,
             "round_floor_gflops": g.floors,
+            "round_idle": g.idle,
+            "round_pause_ms": g.pause_ms,
             "round_steady": g.steady,
             "correct": correct,
         }),
@@ -890,6 +922,8 @@ mod tests {
                 .iter()
                 .map(|&s| if s { 150.0 } else { 70.0 })
                 .collect(),
+            idle: vec![true; rounds.len()],
+            pause_ms: vec![0.0; rounds.len()],
             steady: steady.to_vec(),
         }
     }

@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Single-core f32 FMA peak in GFLOPS: a tight loop of independent FMA chains (enough of
 /// them to cover the latency), widest vectors the CPU has. Best of several runs: on a
@@ -98,6 +98,50 @@ pub fn allowed_cpus() -> Vec<usize> {
     static ALLOWED: OnceLock<Vec<usize>> = OnceLock::new();
     ALLOWED.get_or_init(affinity_now).clone()
 }
+
+/// The CPU time every thread of this process has used so far (`CLOCK_PROCESS_CPUTIME_ID`):
+/// the kernel's account, independent of anything the bench or a library counts itself.
+pub fn process_cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer for a clock every Linux kernel has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime: {}", std::io::Error::last_os_error());
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Sleeps `at_least`, then until no thread of this process is running (a pool's idle
+/// worker spinning): until, over a window of [`IDLE_WINDOW`] in which this thread sleeps,
+/// the process used less than a tenth of it in CPU time. Returns how long it waited in all,
+/// or `None` when the process was still busy after [`IDLE_WAIT_MAX`]. The witness is the
+/// kernel's CPU clock, not the pools' own idea of when they sleep: Debian's pthreadpool,
+/// for one, spins about 25 ms after a job here (a million pauses,
+/// `PTHREADPOOL_SPIN_WAIT_ITERATIONS`), where a fixed 10 ms pause assumed a few.
+pub fn quiesce(at_least: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    std::thread::sleep(at_least);
+    loop {
+        let before = process_cpu_time();
+        std::thread::sleep(IDLE_WINDOW);
+        if process_cpu_time().saturating_sub(before) < IDLE_WINDOW / 10 {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > at_least + IDLE_WAIT_MAX {
+            return None;
+        }
+    }
+}
+
+/// The window [`quiesce`] watches the process's CPU clock over: longer than a scheduler
+/// tick (4 ms at this kernel's `CONFIG_HZ=250`), because the clock adds a thread's time on
+/// another CPU only when that CPU's scheduler accounts it (a tick, or a switch). A 2 ms
+/// window read a thread spinning on the other core as idle.
+const IDLE_WINDOW: Duration = Duration::from_millis(5);
+
+/// The longest [`quiesce`] waits for the process to go idle.
+const IDLE_WAIT_MAX: Duration = Duration::from_millis(250);
 
 /// Restores the calling thread's affinity to every CPU of [`allowed_cpus`].
 pub fn unpin() -> std::io::Result<()> {
@@ -381,5 +425,53 @@ mod x86_dot {
         }
         black_box(acc);
         (iters * CHAINS as u64 * 128) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// Spins (a pool's idle worker, as the kernel sees it) until `stop` or `for_at_most`.
+    fn spin(stop: &AtomicBool, for_at_most: Duration) -> Instant {
+        let start = Instant::now();
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < for_at_most {
+            std::hint::spin_loop();
+        }
+        Instant::now()
+    }
+
+    #[test]
+    fn quiesce_waits_for_a_spinning_thread_and_gives_up_on_one_that_never_stops() {
+        // One test, so the two spinners never overlap (each would keep the other's quiesce
+        // waiting).
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // A worker that spins 40 ms after its job, longer than the 2 ms asked for: the
+            // pause must outlast it, by the spinner's own clock.
+            let spinner = s.spawn(|| spin(&stop, Duration::from_millis(40)));
+            let waited = super::quiesce(Duration::from_millis(2));
+            let returned = Instant::now();
+            let stopped = spinner.join().unwrap();
+            assert!(
+                waited.is_some(),
+                "the process went idle once the spinner stopped"
+            );
+            assert!(
+                stopped <= returned,
+                "quiesce returned {:?} before the spinner stopped",
+                stopped - returned
+            );
+            assert!(waited.unwrap() >= Duration::from_millis(2));
+        });
+        std::thread::scope(|s| {
+            // One that never stops on its own: quiesce gives up and says so.
+            let spinner = s.spawn(|| spin(&stop, Duration::from_secs(60)));
+            let waited = super::quiesce(Duration::from_millis(2));
+            stop.store(true, Ordering::Relaxed);
+            spinner.join().unwrap();
+            assert_eq!(waited, None);
+        });
     }
 }

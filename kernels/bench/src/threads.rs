@@ -155,13 +155,21 @@ fn mean_of_cores(ones: &[&Measured]) -> Option<Measured> {
     let floors = (0..first.rounds.len())
         .map(|r| ones.iter().map(|m| m.floors[r]).fold(f64::MAX, f64::min))
         .collect();
+    let idle = (0..first.rounds.len())
+        .map(|r| ones.iter().all(|m| m.idle[r]))
+        .collect();
     let steady = (0..first.rounds.len())
         .map(|r| ones.iter().all(|m| m.steady[r]))
+        .collect();
+    let pause_ms = (0..first.rounds.len())
+        .map(|r| ones.iter().map(|m| m.pause_ms[r]).fold(0.0, f64::max))
         .collect();
     Some(Measured {
         median: ones.iter().map(|m| m.median).sum::<f64>() / n,
         rounds,
         floors,
+        idle,
+        pause_ms,
         steady,
     })
 }
@@ -175,9 +183,9 @@ impl Row {
     }
 }
 
-/// The pause before each library's samples in every round (see `run`): 2 ms measured too
-/// short here for pthreadpool's spinning workers.
-const QUIESCE: Duration = Duration::from_millis(10);
+/// The least pause before each library's samples in every round; the pause then lasts until
+/// every other thread of the process sleeps (`probe::quiesce`, see `run`).
+const QUIESCE: Duration = Duration::from_millis(2);
 
 /// Runs the comparison; writes JSON to `json` if given.
 pub fn run(
@@ -239,8 +247,10 @@ pub fn run(
             .collect();
         // Before each library's samples, a pause lets the previous library's spinning
         // workers go to sleep (a worker still spinning takes the second core from the
-        // library timed next): keepalloc's spin 1 ms, pthreadpool's a few, OpenBLAS's about
-        // 0.1 ms here (`OPENBLAS_THREAD_TIMEOUT`, set by `main`).
+        // library timed next): keepalloc's spin 1 ms, OpenBLAS's about 0.1 ms here
+        // (`OPENBLAS_THREAD_TIMEOUT`, set by `main`), pthreadpool's about 25 ms (measured:
+        // the process's CPU clock after one job). The pause ends when the process's CPU
+        // clock stops advancing; a batch after a pause that never got there is not steady.
         let medians =
             crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE, |p| p.pin());
         let mut cells = Vec::new();
@@ -276,6 +286,21 @@ pub fn run(
     }
     let probe = probe.best(Probe::take(threads));
     print_table(&rows, threads, &peers);
+    let mut pauses: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| r.cells.iter().filter_map(|c| c.1.as_ref().ok()))
+        .flat_map(|m| m.pause_ms.iter().copied())
+        .collect();
+    let busy = pauses.iter().filter(|p| p.is_nan()).count();
+    pauses.retain(|p| !p.is_nan());
+    pauses.sort_by(f64::total_cmp);
+    if let (Some(mid), Some(max)) = (pauses.get(pauses.len() / 2), pauses.last()) {
+        println!(
+            "pause before each batch, until no thread of the process ran (its CPU clock): median \
+             {mid:.1} ms, longest {max:.1} ms; {busy} batches after a pause that never got there \
+             (not steady)"
+        );
+    }
     println!(
         "FMA peak (probe, best of the run): {:.1} GFLOPS on one core, {:.1} on {threads} at once: \
          the machine's own {threads}-thread scaling is {:.2}x, the ceiling for vs_1t on \
