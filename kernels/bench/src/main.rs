@@ -292,6 +292,11 @@ pub struct Measured {
 pub struct Paired {
     /// The median of the rounds' own ratios.
     pub ratio: f64,
+    /// The lower quartile of the rounds' own ratios (over the same rounds): with `q3`, the
+    /// spread the median comes from.
+    pub q1: f64,
+    /// The upper quartile of the rounds' own ratios.
+    pub q3: f64,
     /// The rounds in which both batches were steady.
     pub steady_rounds: usize,
     /// The rounds the ratio was taken over: the steady ones when there are at least
@@ -309,6 +314,67 @@ impl Paired {
     pub fn show(&self) -> String {
         format!("{:.2}x{}", self.ratio, if self.steady() { "" } else { "~" })
     }
+
+    /// Ahead when even the lower quartile of the rounds' ratios is above 1, behind when even
+    /// the upper one is below 1, else within the spread of the rounds: a tie that this run
+    /// cannot decide.
+    pub fn verdict(&self) -> Verdict {
+        if self.q1 > 1.0 {
+            Verdict::Ahead
+        } else if self.q3 < 1.0 {
+            Verdict::Behind
+        } else {
+            Verdict::Within
+        }
+    }
+}
+
+/// What a [`Paired`] ratio says about keepalloc against the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The lower quartile is above 1.
+    Ahead,
+    /// The quartiles are on both sides of 1 (or on it).
+    Within,
+    /// The upper quartile is below 1.
+    Behind,
+}
+
+/// One line per verdict for `ratios` (`(shape, against, ratio)`): how many cells are ahead,
+/// and each cell within the spread or behind with its median and quartiles.
+pub(crate) fn verdict_lines(ratios: &[(String, String, Paired)]) -> Vec<String> {
+    let ahead = ratios
+        .iter()
+        .filter(|r| r.2.verdict() == Verdict::Ahead)
+        .count();
+    let mut lines = vec![format!(
+        "ahead in {ahead} of {} cells (the lower quartile of the rounds' own ratios above 1)",
+        ratios.len()
+    )];
+    for (verdict, what) in [
+        (
+            Verdict::Within,
+            "within the rounds' spread (quartiles around 1)",
+        ),
+        (Verdict::Behind, "behind (the upper quartile below 1)"),
+    ] {
+        let cells: Vec<String> = ratios
+            .iter()
+            .filter(|r| r.2.verdict() == verdict)
+            .map(|(shape, against, p)| {
+                format!(
+                    "{shape} vs {against} {} [{:.2}-{:.2}]",
+                    p.show(),
+                    p.q1,
+                    p.q3
+                )
+            })
+            .collect();
+        if !cells.is_empty() {
+            lines.push(format!("{what}: {}", cells.join(", ")));
+        }
+    }
+    lines
 }
 
 /// `a / b` as the median of the rounds' own ratios, `a.rounds[r] / b.rounds[r]`. The runners
@@ -336,8 +402,12 @@ pub fn paired_ratio(a: &Measured, b: &Measured) -> Option<Paired> {
     } else {
         pairs().collect()
     };
+    let mut sorted = used.clone();
+    sorted.sort_by(f64::total_cmp);
     Some(Paired {
         ratio: median(&used),
+        q1: sorted[(sorted.len() - 1) / 4],
+        q3: sorted[(3 * (sorted.len() - 1)).div_ceil(4)],
         steady_rounds: steady.len(),
         used: used.len(),
     })
@@ -613,6 +683,16 @@ fn run_f32(o: &Options) -> ExitCode {
         print_row(row, peak, i == 0, &o.libs);
     }
     println!("({})", ratio_method());
+    let cells: Vec<(String, String, Paired)> = rows
+        .iter()
+        .filter_map(|row| {
+            let (lib, _) = row.best_peer()?;
+            Some((row.label(), lib.name().to_owned(), row.ratio_to(lib)?))
+        })
+        .collect();
+    for line in verdict_lines(&cells) {
+        println!("against the best peer: {line}");
+    }
     for lib in &o.libs {
         if let Some(Cell {
             gflops: Err(why), ..
@@ -763,6 +843,9 @@ pub(crate) fn paired_json(p: Option<Paired>) -> serde_json::Value {
     p.map_or(serde_json::Value::Null, |p| {
         serde_json::json!({
             "ratio": p.ratio,
+            "q1": p.q1,
+            "q3": p.q3,
+            "verdict": format!("{:?}", p.verdict()).to_lowercase(),
             "steady": p.steady(),
             "steady_rounds": p.steady_rounds,
             "rounds_used": p.used,
@@ -910,6 +993,42 @@ mod tests {
         assert_eq!((r.steady_rounds, r.used, r.steady()), (7, 7, true));
         // Unpaired inputs have no paired ratio.
         assert_eq!(paired_ratio(&ours, &Measured::default()), None);
+    }
+
+    #[test]
+    fn the_verdict_comes_from_the_quartiles_of_the_rounds_ratios() {
+        use super::{Verdict, verdict_lines};
+        let ours = measured(&[10.0; 5], &[true; 5]);
+        // Ratios 1.11, 1.00, 0.95, 0.91, 1.25: median 1.00, quartiles 0.95 and 1.11.
+        let tie = measured(&[9.0, 10.0, 10.5, 11.0, 8.0], &[true; 5]);
+        let r = paired_ratio(&ours, &tie).unwrap();
+        assert!((r.ratio - 1.0).abs() < 1e-12, "{r:?}");
+        assert!((r.q1 - 10.0 / 10.5).abs() < 1e-12 && (r.q3 - 10.0 / 9.0).abs() < 1e-12);
+        assert_eq!(r.verdict(), Verdict::Within);
+        // A median above 1 is not enough: ahead needs the lower quartile above 1.
+        let mostly = measured(&[9.0, 9.0, 9.0, 11.0, 11.0], &[true; 5]);
+        let m = paired_ratio(&ours, &mostly).unwrap();
+        assert!(m.ratio > 1.0);
+        assert_eq!(m.verdict(), Verdict::Within);
+        let ahead = paired_ratio(&ours, &measured(&[9.5, 9.0, 9.8, 9.9, 8.0], &[true; 5]));
+        assert_eq!(ahead.unwrap().verdict(), Verdict::Ahead);
+        let behind = paired_ratio(
+            &ours,
+            &measured(&[10.5, 11.0, 10.2, 10.1, 12.0], &[true; 5]),
+        );
+        assert_eq!(behind.unwrap().verdict(), Verdict::Behind);
+        let lines = verdict_lines(&[
+            ("1x2x3".into(), "X".into(), r),
+            ("4x5x6".into(), "Y".into(), ahead.unwrap()),
+            ("7x8x9".into(), "Z".into(), behind.unwrap()),
+        ]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("ahead in 1 of 3 cells"), "{lines:?}");
+        assert!(
+            lines[1].contains("1x2x3 vs X 1.00x [0.95-1.11]"),
+            "{lines:?}"
+        );
+        assert!(lines[2].starts_with("behind") && lines[2].contains("7x8x9 vs Z"));
     }
 
     /// Rounds with GFLOPS `rounds`, each batch steady or not as `steady` says (also used by

@@ -385,6 +385,21 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
         "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
         crate::ratio_method()
     );
+    let cells: Vec<(String, String, crate::Paired)> = rows
+        .iter()
+        .flat_map(|row| {
+            let (m, k, n) = row.shape;
+            ratios(row).into_iter().filter_map(move |(name, r)| {
+                let against = name.strip_prefix("vs_")?;
+                // vs_1t has its own goal (a ratio well above 1), not a verdict against 1.
+                let r = r.filter(|_| against != "1t")?;
+                Some((format!("{m}x{k}x{n}"), against.to_owned(), r))
+            })
+        })
+        .collect();
+    for line in crate::verdict_lines(&cells) {
+        println!("against the peers: {line}");
+    }
 }
 
 fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize]) -> String {
