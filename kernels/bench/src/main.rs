@@ -363,7 +363,7 @@ pub(crate) fn verdict_lines(ratios: &[(String, String, Paired)]) -> Vec<String> 
             .filter(|r| r.2.verdict() == verdict)
             .map(|(shape, against, p)| {
                 format!(
-                    "{shape} vs {against} {} [{:.2}-{:.2}]",
+                    "{shape} vs {against} {} [{:.3}-{:.3}]",
                     p.show(),
                     p.q1,
                     p.q3
@@ -1025,7 +1025,7 @@ mod tests {
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert!(lines[0].starts_with("ahead in 1 of 3 cells"), "{lines:?}");
         assert!(
-            lines[1].contains("1x2x3 vs X 1.00x [0.95-1.11]"),
+            lines[1].contains("1x2x3 vs X 1.00x [0.952-1.111]"),
             "{lines:?}"
         );
         assert!(lines[2].starts_with("behind") && lines[2].contains("7x8x9 vs Z"));

@@ -99,46 +99,63 @@ pub fn allowed_cpus() -> Vec<usize> {
     ALLOWED.get_or_init(affinity_now).clone()
 }
 
-/// The CPU time every thread of this process has used so far (`CLOCK_PROCESS_CPUTIME_ID`):
-/// the kernel's account, independent of anything the bench or a library counts itself.
-pub fn process_cpu_time() -> Duration {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
+/// How many threads of this process other than the calling one are running or runnable
+/// (state `R` in `/proc/self/task/*/stat`): the kernel's own view of each thread, not
+/// anything a library says about its workers. A pool's idle worker that spins is `R`; one
+/// that sleeps on a futex is `S`.
+pub fn other_runnable_threads() -> usize {
+    // SAFETY: gettid takes no arguments and only returns the caller's id.
+    let me = unsafe { libc::gettid() }.to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
     };
-    // SAFETY: a valid out pointer for a clock every Linux kernel has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    assert_eq!(rc, 0, "clock_gettime: {}", std::io::Error::last_os_error());
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| t.file_name().to_str() != Some(me.as_str()))
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        .filter(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+        })
+        .count()
 }
 
-/// Sleeps `at_least`, then until no thread of this process is running (a pool's idle
-/// worker spinning): until, over a window of [`IDLE_WINDOW`] in which this thread sleeps,
-/// the process used less than a tenth of it in CPU time. Returns how long it waited in all,
-/// or `None` when the process was still busy after [`IDLE_WAIT_MAX`]. The witness is the
-/// kernel's CPU clock, not the pools' own idea of when they sleep: Debian's pthreadpool,
-/// for one, spins about 25 ms after a job here (a million pauses,
-/// `PTHREADPOOL_SPIN_WAIT_ITERATIONS`), where a fixed 10 ms pause assumed a few.
+/// Sleeps `at_least`, then until no other thread of this process is running (a pool's idle
+/// worker spinning): until [`IDLE_CHECKS`] checks in a row, [`IDLE_CHECK_EVERY`] apart, see
+/// none runnable ([`other_runnable_threads`]). Returns how long it waited in all, or `None`
+/// when some thread was still runnable after [`IDLE_WAIT_MAX`]. Debian's pthreadpool, for
+/// one, spins about 25 ms after a job here (a million pauses,
+/// `PTHREADPOOL_SPIN_WAIT_ITERATIONS`), where a fixed 10 ms pause assumed a few. (The
+/// process's CPU clock is no witness for this: it adds a thread's time on another CPU only
+/// when that CPU accounts it, at a tick, and a 2 ms and once even a 5 ms window read a
+/// thread spinning there as idle.)
 pub fn quiesce(at_least: Duration) -> Option<Duration> {
     let start = Instant::now();
     std::thread::sleep(at_least);
+    let mut idle = 0;
     loop {
-        let before = process_cpu_time();
-        std::thread::sleep(IDLE_WINDOW);
-        if process_cpu_time().saturating_sub(before) < IDLE_WINDOW / 10 {
-            return Some(start.elapsed());
+        if other_runnable_threads() == 0 {
+            idle += 1;
+            if idle == IDLE_CHECKS {
+                return Some(start.elapsed());
+            }
+        } else {
+            idle = 0;
         }
         if start.elapsed() > at_least + IDLE_WAIT_MAX {
             return None;
         }
+        std::thread::sleep(IDLE_CHECK_EVERY);
     }
 }
 
-/// The window [`quiesce`] watches the process's CPU clock over: longer than a scheduler
-/// tick (4 ms at this kernel's `CONFIG_HZ=250`), because the clock adds a thread's time on
-/// another CPU only when that CPU's scheduler accounts it (a tick, or a switch). A 2 ms
-/// window read a thread spinning on the other core as idle.
-const IDLE_WINDOW: Duration = Duration::from_millis(5);
+/// Checks in a row that [`quiesce`] needs to see no other thread runnable (a worker passing
+/// through `R` as it wakes for a moment is not a spinning one).
+const IDLE_CHECKS: usize = 3;
+
+/// How far apart [`quiesce`]'s checks are.
+const IDLE_CHECK_EVERY: Duration = Duration::from_millis(1);
 
 /// The longest [`quiesce`] waits for the process to go idle.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(250);

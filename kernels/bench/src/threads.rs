@@ -249,8 +249,9 @@ pub fn run(
         // workers go to sleep (a worker still spinning takes the second core from the
         // library timed next): keepalloc's spin 1 ms, OpenBLAS's about 0.1 ms here
         // (`OPENBLAS_THREAD_TIMEOUT`, set by `main`), pthreadpool's about 25 ms (measured:
-        // the process's CPU clock after one job). The pause ends when the process's CPU
-        // clock stops advancing; a batch after a pause that never got there is not steady.
+        // the process's CPU clock over the 300 ms after one job). The pause ends when no
+        // other thread of the process is runnable (`probe::quiesce`); a batch after a pause
+        // that never got there is not steady.
         let medians =
             crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE, |p| p.pin());
         let mut cells = Vec::new();
@@ -296,7 +297,7 @@ pub fn run(
     pauses.sort_by(f64::total_cmp);
     if let (Some(mid), Some(max)) = (pauses.get(pauses.len() / 2), pauses.last()) {
         println!(
-            "pause before each batch, until no thread of the process ran (its CPU clock): median \
+            "pause before each batch, until no other thread of the process was runnable: median \
              {mid:.1} ms, longest {max:.1} ms; {busy} batches after a pause that never got there \
              (not steady)"
         );
