@@ -10,6 +10,7 @@ use core::ffi::c_void;
 use core::ops::Range;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -303,9 +304,21 @@ impl Shared {
                     *slot = Some(payload);
                 }
             }
-            if self.done.0.fetch_add(finished, Ordering::SeqCst) + finished == tasks
-                && self.caller_waiting.load(Ordering::SeqCst)
-            {
+            let done = self.done.0.fetch_add(finished, Ordering::SeqCst) + finished;
+            if done > tasks {
+                // More tasks finished than the job has: two threads claimed the same task,
+                // so the claim protocol is broken and the job's output is not to be trusted
+                // (two threads wrote it). The caller, waiting for `done == tasks`, would
+                // wait forever; stop the process with the reason instead.
+                // Written to the stderr stream itself, which a test harness's capture of
+                // `eprintln!` does not swallow before the abort.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "keepalloc pool: {done} tasks finished of a job of {tasks}"
+                );
+                std::process::abort();
+            }
+            if done == tasks && self.caller_waiting.load(Ordering::SeqCst) {
                 let _l = self.lock();
                 self.finished.notify_one();
             }
