@@ -102,13 +102,13 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// How many threads of this process other than the calling one are running or runnable
 /// (state `R` in `/proc/self/task/*/stat`): the kernel's own view of each thread, not
 /// anything a library says about its workers. A pool's idle worker that spins is `R`; one
-/// that sleeps on a futex is `S`.
+/// that sleeps on a futex is `S`. Panics if `/proc/self/task` cannot be read: a pause that
+/// could not look would otherwise pass for an idle process.
 pub fn other_runnable_threads() -> usize {
     // SAFETY: gettid takes no arguments and only returns the caller's id.
     let me = unsafe { libc::gettid() }.to_string();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .unwrap_or_else(|e| panic!("reading /proc/self/task (the pause's witness): {e}"));
     tasks
         .filter_map(Result::ok)
         .filter(|t| t.file_name().to_str() != Some(me.as_str()))

@@ -161,8 +161,16 @@ fn mean_of_cores(ones: &[&Measured]) -> Option<Measured> {
     let steady = (0..first.rounds.len())
         .map(|r| ones.iter().all(|m| m.steady[r]))
         .collect();
+    // The longest of the pauses; NaN (a pause that never saw the process idle) if any was.
     let pause_ms = (0..first.rounds.len())
-        .map(|r| ones.iter().map(|m| m.pause_ms[r]).fold(0.0, f64::max))
+        .map(|r| {
+            let p = ones.iter().map(|m| m.pause_ms[r]);
+            if p.clone().any(f64::is_nan) {
+                f64::NAN
+            } else {
+                p.fold(0.0, f64::max)
+            }
+        })
         .collect();
     Some(Measured {
         median: ones.iter().map(|m| m.median).sum::<f64>() / n,
@@ -611,6 +619,18 @@ fn openblas_runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
 mod tests {
     use super::*;
     use crate::tests::measured;
+
+    #[test]
+    fn the_mean_core_keeps_the_longest_pause_and_a_pause_that_never_went_idle() {
+        let mut a = measured(&[1.0; 3], &[true; 3]);
+        let mut b = measured(&[1.0; 3], &[true; 3]);
+        a.pause_ms = vec![5.0, f64::NAN, 4.0];
+        b.pause_ms = vec![7.0, 2.0, 3.0];
+        let mean = super::mean_of_cores(&[&a, &b]).unwrap();
+        assert_eq!(mean.pause_ms[0], 7.0);
+        assert!(mean.pause_ms[1].is_nan(), "{:?}", mean.pause_ms);
+        assert_eq!(mean.pause_ms[2], 4.0);
+    }
 
     #[test]
     fn vs_1t_divides_by_the_mean_core() {
