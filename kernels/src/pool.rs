@@ -118,14 +118,14 @@ fn state_of(tag: u64, front: usize, back: usize) -> u64 {
 /// also claims the caller's first run, tasks `0 .. first`. After that the caller claims
 /// from the front and the workers from the back, each a run of tasks at a time with a
 /// compare-and-swap, only while `front < back`; so with two threads the caller takes the
-/// first tasks and the worker the last ones, the same split run after run (each thread finds the weights of
-/// its share still in its own cache when an operator runs again), and they meet wherever
-/// the faster one gets to. A thread reads the job seqlock-style (state, job, fence, state
-/// again) before it claims, so a successful claim proves the job it read is the current
-/// one and still running (the caller waits until `done == tasks`, then closes the state
-/// before it writes another job). So the caller never waits for a worker that took no
-/// task: a worker that is descheduled when a job starts simply finds nothing left to claim
-/// when it wakes.
+/// first tasks and the worker the last ones, the same split run after run (each thread
+/// finds the weights of its share still in its own cache when an operator runs again),
+/// and they meet wherever the faster one gets to. A thread reads the job seqlock-style
+/// (state, job, fence, state again) before it claims, so a successful claim proves the
+/// job it read is the current one and still running (the caller waits until `done ==
+/// tasks`, then closes the state before it writes another job). So the caller never waits
+/// for a worker that took no task: a worker that is descheduled when a job starts simply
+/// finds nothing left to claim when it wakes.
 ///
 /// `state` and the job it publishes (`job`, `tasks`, `seats`) share the block's first cache
 /// line, and nothing else is on it: a worker that sees a new state has the job with it, in
@@ -547,7 +547,8 @@ impl ThreadPool {
             s.done.0.store(0, Ordering::Relaxed);
             // The caller's first run is claimed by the store that publishes the job (so a
             // worker's first claim never races it, and costs no transfer of the line back
-            // and forth); `round >= 2` here, so the workers find tasks left.
+            // and forth). It leaves the workers the rest: at least one task when `round >=
+            // 2`, none in a last round of one task (a job of `MAX_ROUND + 1` tasks).
             let first = s.run_length(round);
             s.publish(state_of(tag, first, round));
             s.work(tag, job, round, false, Some(0..first));

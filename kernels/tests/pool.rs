@@ -43,9 +43,15 @@ fn every_task_runs_exactly_once() {
         }
     }
     assert!(counts(&Sequential, 5).iter().all(|&c| c == 1));
-    // More tasks than one round hands out (65,534): several rounds, each task once.
+    // More tasks than one round hands out (65,534): several rounds, each task once; and a
+    // last round of a single task, which the caller's pre-claimed first run takes whole.
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
-    assert!(counts(&pool, 200_000).iter().all(|&c| c == 1));
+    for tasks in [200_000, 65_535, 65_536] {
+        assert!(
+            counts(&pool, tasks).iter().all(|&c| c == 1),
+            "{tasks} tasks"
+        );
+    }
 }
 
 /// Runs `tasks` tasks through `run_ranges`: how often each index was delivered, and the
