@@ -87,6 +87,21 @@ pub const MAX_POOL_THREADS: usize = 1024;
 /// worker was also seen placed on the caller's core for up to a scheduler tick.
 const SPIN: Duration = Duration::from_millis(1);
 
+/// The ordering of a thread's count of the tasks it finished (`done`): a release (`SeqCst`),
+/// which the caller's acquire read of `done == tasks` pairs with, so everything the tasks
+/// wrote happens before `run` returns.
+///
+/// `--cfg keepalloc_pool_mutant="done_relaxed"` (never a default build; `cargo xtask tsan`
+/// builds it) makes it `Relaxed`: the broken variant the ThreadSanitizer row of the pool
+/// must catch. On x86 it still passes every test (a locked add orders the stores anyway),
+/// and under ThreadSanitizer a worker's writes in a task race with the caller's reads after
+/// `run`.
+const DONE_ADD: Ordering = if cfg!(keepalloc_pool_mutant = "done_relaxed") {
+    Ordering::Relaxed
+} else {
+    Ordering::SeqCst
+};
+
 /// The low half of [`Shared::state`] once a job is closed (front = back = `0xffff`): no
 /// claim can succeed.
 const CLOSED: u64 = u32::MAX as u64;
@@ -305,7 +320,7 @@ impl Shared {
                     *slot = Some(payload);
                 }
             }
-            let done = self.done.0.fetch_add(finished, Ordering::SeqCst) + finished;
+            let done = self.done.0.fetch_add(finished, DONE_ADD) + finished;
             if done > tasks {
                 // More tasks finished than the job has: two threads claimed the same task,
                 // so the claim protocol is broken and the job's output is not to be trusted

@@ -54,6 +54,67 @@ fn every_task_runs_exactly_once() {
     }
 }
 
+/// Slots that tasks write with plain stores, one slot per task.
+struct Slots(*mut u64);
+
+// SAFETY: task `i` writes slot `i` only, and the caller reads the slots after `run` has
+// returned, so no two threads touch one slot at the same time (if the pool keeps its
+// contract, which is what the test below and its ThreadSanitizer row check).
+unsafe impl Sync for Slots {}
+
+/// Task `i`'s plain store of `value` into its slot; out of line, so that ThreadSanitizer
+/// names it in a report.
+#[inline(never)]
+fn task_writes(slots: &Slots, i: usize, value: u64) {
+    // SAFETY: `slots` points at a live buffer with more than `i` slots (see the caller), and
+    // slot `i` belongs to task `i` alone.
+    unsafe { slots.0.add(i).write(value) }
+}
+
+/// The caller's plain reads of the slots after `run`; out of line, for the same reason.
+#[inline(never)]
+fn caller_reads(out: &[u64]) -> u64 {
+    out.iter().sum()
+}
+
+/// What tasks write with plain stores is the caller's once `run` returns: the pool's count
+/// of finished tasks orders a worker's writes before the caller's reads. On x86 the
+/// hardware orders them anyway, so this test passes even with that ordering broken, and its
+/// witness is ThreadSanitizer: `cargo xtask tsan` runs it on our pool, where it must be
+/// clean, and on the broken variant (`--cfg keepalloc_pool_mutant="done_relaxed"`), where
+/// ThreadSanitizer must report `task_writes` racing with `caller_reads`.
+#[test]
+fn what_tasks_write_is_the_callers_after_run() {
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let mut out = vec![0u64; 64];
+    let slots = Slots(out.as_mut_ptr());
+    let mut worker_took = 0;
+    for job in 1..=200u64 {
+        let caller = std::thread::current().id();
+        let elsewhere = AtomicUsize::new(0);
+        pool.run(64, &|i| {
+            if std::thread::current().id() != caller {
+                elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+            // Long enough (a job takes about 130 us) that the worker, woken by the first
+            // job and spinning between the next ones, takes tasks; 64 bare stores finish on
+            // the caller before a sleeping worker wakes.
+            let started = std::time::Instant::now();
+            while started.elapsed() < std::time::Duration::from_micros(2) {
+                std::hint::spin_loop();
+            }
+            task_writes(&slots, i, job * 1000 + i as u64);
+        });
+        worker_took += usize::from(elsewhere.into_inner() > 0);
+        // SAFETY: `run` has returned, so no task is writing the slots any more.
+        let read = caller_reads(unsafe { std::slice::from_raw_parts(slots.0, 64) });
+        assert_eq!(read, job * 64_000 + 63 * 64 / 2, "job {job}");
+    }
+    // Otherwise the test would not have checked a hand-off between threads at all.
+    assert!(worker_took > 0, "the worker took no task in 200 jobs");
+    drop(out);
+}
+
 /// Runs `tasks` tasks through `run_ranges`: how often each index was delivered, and the
 /// longest range (every range is checked to be non-empty and inside the job).
 fn range_counts(pool: &dyn Parallel, tasks: usize) -> (Vec<usize>, usize) {

@@ -1,6 +1,7 @@
 //! `cargo xtask miri`, `cargo xtask asan` and `cargo xtask tsan`: the provider and allocator
-//! tests under Miri, the fault campaign under AddressSanitizer, and the provider's tests and
-//! the fault harness under ThreadSanitizer, where the nightly toolchain allows.
+//! tests under Miri, the fault campaign under AddressSanitizer, and the provider's tests, the
+//! kernels' pool tests and the fault harness under ThreadSanitizer, where the nightly
+//! toolchain allows.
 //!
 //! All three need nightly, reached through rustup (`cargo +nightly`). Where rustup, nightly
 //! or a needed component is missing, or the host has no such sanitizer, they print
@@ -300,9 +301,19 @@ ThreadSanitizer, with the nightly toolchain (`-Zsanitizer=thread -Zbuild-std --t
      races on a heap block (the scribbling allocator's fill on free against reads
      through the dangling pointer; the block stays in quarantine and never reaches
      free(), so TSan never says heap-use-after-free).
+  3. keepalloc-kernels' pool tests (tests/pool.rs, and the lib's pool:: tests), each
+     --test-runs times: must be clean. They hand work to the pool's workers and read
+     what the tasks wrote, operators' outputs included;
+     the pool's negative control, keepalloc-kernels built alone with --cfg
+     keepalloc_pool_mutant=\"done_relaxed\" (a worker counts its finished tasks with a
+     relaxed add, so nothing orders its writes before the caller's reads; x86 passes
+     every test anyway): what_tasks_write_is_the_callers_after_run, --runs times, must be
+     reported every run with a data race between the task's store (task_writes) and the
+     caller's read after run (caller_reads).
 
-A control run counts as reported only when a report has an access in the controls' own
-code (fault-inject/src/controls/): its signature. A run that times out, or dies without a
+A control run counts as reported only when a report shows its signature: for `racy`, an
+access in the controls' own code (fault-inject/src/controls/); for the pool mutant, the
+task_writes / caller_reads race in kernels/tests/pool.rs. A run that times out, or dies without a
 ThreadSanitizer report, or in which ThreadSanitizer itself fails, or a control run reported
 only elsewhere, is inconclusive and makes the command fail. Exit 0 only when
 everything that must be clean is clean and the control is reported in every run.
@@ -310,8 +321,8 @@ TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appen
 Logs of every run that was not clean: target/tsan/logs/.
 
 options:
-  --runs N          fresh processes per harness row (default 20)
-  --test-runs N     runs of each provider test binary (default 3)
+  --runs N          fresh processes per harness row and of the pool mutant (default 20)
+  --test-runs N     runs of each provider and kernels test binary (default 3)
   --seed N          base seed of the harness runs; run i uses N+i (default: from the clock)
   --timeout SECS    a process that takes longer is killed: inconclusive (default 300)
   --require         fail instead of printing `skipped` when nightly or rust-src is
@@ -514,13 +525,67 @@ fn workspace_frame(frame: &str, root: &str) -> Option<String> {
     Some(format!("{location} ({name})"))
 }
 
+/// What a report must show to count as the catch of one broken variant: the signature of
+/// its own bug, not any report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signature {
+    /// The harness's `racy` control: an access in the controls' own code
+    /// ([`Report::in_control`]).
+    RacyControl,
+    /// The kernels pool's `done_relaxed` mutant: a data race between a worker's plain store
+    /// in a task (`task_writes`) and the caller's read of it after `run` returned
+    /// (`caller_reads`), both in [`POOL_TEST`]: the tasks' results not published to the
+    /// caller.
+    PoolResultsUnpublished,
+}
+
+impl Signature {
+    fn matches(self, report: &Report) -> bool {
+        match self {
+            Signature::RacyControl => report.in_control(),
+            Signature::PoolResultsUnpublished => {
+                let has = |name: &str| {
+                    report.accesses.iter().any(|(_, frame)| {
+                        frame.as_deref().is_some_and(|f| {
+                            f.starts_with(POOL_TEST) && f.ends_with(&format!(" ({name})"))
+                        })
+                    })
+                };
+                report.kind == "data race" && has("task_writes") && has("caller_reads")
+            }
+        }
+    }
+
+    /// For the summary line: "the racy control reported in its own code".
+    fn describe(self) -> &'static str {
+        match self {
+            Signature::RacyControl => "the racy control reported in its own code",
+            Signature::PoolResultsUnpublished => {
+                "the pool's done_relaxed mutant reported as task_writes racing with caller_reads"
+            }
+        }
+    }
+}
+
+/// The kernels test file whose `what_tasks_write_is_the_callers_after_run` carries the
+/// pool's signature (its `task_writes` and `caller_reads`).
+const POOL_TEST: &str = "kernels/tests/pool.rs:";
+
+/// The pool test that the `done_relaxed` mutant must fail under ThreadSanitizer.
+const POOL_WITNESS_TEST: &str = "what_tasks_write_is_the_callers_after_run";
+
+/// Cargo `--config` (with `-Zprofile-rustflags`) that builds keepalloc-kernels alone as the
+/// pool's `done_relaxed` mutant: the standard library and every other crate keep the
+/// ThreadSanitizer build they already have, and the mutant's artifacts get their own hashes.
+const POOL_MUTANT_CONFIG: &str = r#"profile.release.package.keepalloc-kernels.rustflags=["--cfg", "keepalloc_pool_mutant=\"done_relaxed\""]"#;
+
 /// What one row must show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expect {
     /// Every run exits 0 without a report.
     Clean,
-    /// ThreadSanitizer reports every run.
-    Reported,
+    /// ThreadSanitizer reports every run, with a report of this signature.
+    Reported(Signature),
 }
 
 /// How one process ended.
@@ -578,9 +643,12 @@ impl Row {
         self.count(|o| matches!(o, Outcome::Reported(_)))
     }
 
-    /// Runs with a report in the controls' own code (the control's signature).
-    fn reported_in_control(&self) -> usize {
-        self.count(|o| matches!(o, Outcome::Reported(r) if r.iter().any(Report::in_control)))
+    /// Runs with a report of the row's signature (none for a row that must be clean).
+    fn reported_by_signature(&self) -> usize {
+        let Expect::Reported(signature) = self.expect else {
+            return 0;
+        };
+        self.count(|o| matches!(o, Outcome::Reported(r) if r.iter().any(|r| signature.matches(r))))
     }
 
     fn failed(&self) -> usize {
@@ -616,16 +684,16 @@ impl Row {
 
     /// `Ok(())`, `Err("FAIL")` or `Err("INCONCLUSIVE")`.
     fn verdict(&self) -> Result<(), &'static str> {
-        // A control reported only outside its own code is no catch, nor a miss.
-        let off_signature =
-            self.expect == Expect::Reported && self.reported() != self.reported_in_control();
+        // A control reported only off its signature is no catch, nor a miss.
+        let off_signature = matches!(self.expect, Expect::Reported(_))
+            && self.reported() != self.reported_by_signature();
         if self.inconclusive() > 0 || off_signature {
             return Err("INCONCLUSIVE");
         }
         let runs = self.outcomes.len();
         let ok = match self.expect {
             Expect::Clean => self.clean() == runs,
-            Expect::Reported => self.reported_in_control() == runs,
+            Expect::Reported(_) => self.reported_by_signature() == runs,
         };
         if ok { Ok(()) } else { Err("FAIL") }
     }
@@ -834,8 +902,9 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
         cmd
     };
     eprintln!(
-        "tsan: building keepalloc-provider's tests and keepalloc-harness \
-         (-Zsanitizer=thread -Zbuild-std --target {host})"
+        "tsan: building keepalloc-provider's tests, keepalloc-kernels' pool tests (as they are \
+         and as the done_relaxed mutant) and keepalloc-harness (-Zsanitizer=thread \
+         -Zbuild-std --target {host})"
     );
     let build_started = Instant::now();
     let tests = tsan_cargo(&[
@@ -852,6 +921,41 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
     // (of our code or of nightly's sanitizer support), never a skip.
     let cannot_build = |why: String| format!("tsan: building with ThreadSanitizer failed: {why}");
     let tests = test_executables(tests).map_err(cannot_build)?;
+    let kernels = test_executables(tsan_cargo(&[
+        "test",
+        "--release",
+        "-p",
+        "keepalloc-kernels",
+        "--lib",
+        "--test",
+        "pool",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]))
+    .map_err(cannot_build)?;
+    let pool_mutant = test_executables(tsan_cargo(&[
+        "test",
+        "--release",
+        "-p",
+        "keepalloc-kernels",
+        "--test",
+        "pool",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+        "-Zprofile-rustflags",
+        "--config",
+        POOL_MUTANT_CONFIG,
+    ]))
+    .map_err(cannot_build)?
+    .into_iter()
+    .find(|(name, _)| name == "pool")
+    .map(|(_, exe)| exe)
+    .ok_or_else(|| cannot_build("the done_relaxed build made no `pool` test".into()))?;
+    if kernels.iter().any(|(_, exe)| *exe == pool_mutant) {
+        return Err(cannot_build(
+            "the done_relaxed mutant and the pool tests share one executable".into(),
+        ));
+    }
     let harness = fault_test::executable_from(
         tsan_cargo(&fault_test::HARNESS_BUILD_ARGS),
         "keepalloc-harness",
@@ -900,7 +1004,43 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
     for scenario in ["cold-start", "retry-after-capture", "retry-under-race"] {
         rows.push(harness_row("keepalloc", scenario, Expect::Clean));
     }
-    rows.push(harness_row("racy", "cold-start", Expect::Reported));
+    rows.push(harness_row(
+        "racy",
+        "cold-start",
+        Expect::Reported(Signature::RacyControl),
+    ));
+    for (name, exe) in kernels {
+        let (what, args) = if name == "pool" {
+            ("kernels tests: pool".to_string(), Vec::new())
+        } else {
+            (
+                "kernels lib tests: pool::".to_string(),
+                vec!["pool::".to_string()],
+            )
+        };
+        rows.push(Row {
+            what,
+            expect: Expect::Clean,
+            program: exe,
+            args,
+            cwd: root.join("kernels"),
+            runs: options.test_runs,
+            seeded: false,
+            outcomes: Vec::new(),
+            elapsed: Duration::ZERO,
+        });
+    }
+    rows.push(Row {
+        what: format!("kernels pool, done_relaxed mutant: {POOL_WITNESS_TEST}"),
+        expect: Expect::Reported(Signature::PoolResultsUnpublished),
+        program: pool_mutant,
+        args: vec!["--exact".into(), POOL_WITNESS_TEST.into()],
+        cwd: root.join("kernels"),
+        runs: options.runs,
+        seeded: false,
+        outcomes: Vec::new(),
+        elapsed: Duration::ZERO,
+    });
 
     let mut tsan_options = format!("atexit_sleep_ms=0:halt_on_error=0:exitcode={TSAN_EXIT}");
     if let Ok(extra) = std::env::var("TSAN_OPTIONS") {
@@ -947,7 +1087,7 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
                 let _ = std::fs::write(&log, text);
                 let expected = matches!(
                     (&outcome, row.expect),
-                    (Outcome::Reported(r), Expect::Reported) if r.iter().any(Report::in_control)
+                    (Outcome::Reported(r), Expect::Reported(sig)) if r.iter().any(|r| sig.matches(r))
                 );
                 if !expected {
                     eprintln!(
@@ -983,18 +1123,20 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
         .sum();
     let control = rows
         .iter()
-        .filter(|r| r.expect == Expect::Reported)
-        .map(|r| {
-            format!(
-                "the racy control reported in its own code in {}/{} runs",
-                r.reported_in_control(),
+        .filter_map(|r| match r.expect {
+            Expect::Reported(signature) => Some(format!(
+                "{} in {}/{} runs",
+                signature.describe(),
+                r.reported_by_signature(),
                 r.outcomes.len()
-            )
+            )),
+            Expect::Clean => None,
         })
         .collect::<Vec<_>>()
         .join(", ");
     let line = format!(
-        "keepalloc and the provider tests clean in {clean}/{must_be_clean} runs, {control}"
+        "keepalloc, the provider tests and the kernels pool clean in {clean}/{must_be_clean} runs, \
+         {control}"
     );
     if rows.iter().any(|r| r.verdict() == Err("INCONCLUSIVE")) {
         Err(format!(
@@ -1022,7 +1164,7 @@ fn print_table(rows: &[Row]) {
             row.what,
             match row.expect {
                 Expect::Clean => "clean",
-                Expect::Reported => "reported",
+                Expect::Reported(_) => "reported",
             },
             row.outcomes.len(),
             row.clean(),
@@ -1158,11 +1300,50 @@ SUMMARY: ThreadSanitizer: data race x
         assert!(!leak[0].in_control());
     }
 
+    /// Condensed from a real report of the pool's done_relaxed mutant.
+    const POOL_RACE: &str = "\
+WARNING: ThreadSanitizer: data race (pid=19811)
+  Read of size 8 at 0x725000010188 by thread T1:
+    #2 core::iter::sum /r/core/src/iter.rs:1:1 (pool+0x1)
+    #3 pool::caller_reads /w/kernels/tests/pool.rs:77:16 (pool+0x2)
+  Previous write of size 8 at 0x725000010188 by thread T2:
+    #2 pool::task_writes /w/kernels/tests/pool.rs:71:29 (pool+0x3)
+    #6 keepalloc_kernels::pool::worker::{closure#2} /w/kernels/src/pool.rs:728:13 (pool+0x4)
+SUMMARY: ThreadSanitizer: data race x
+==================
+WARNING: ThreadSanitizer: data race (pid=19811)
+  Write of size 8 at 0x7f6d933fc8c8 by thread T1:
+    #0 <keepalloc_kernels::pool::ThreadPool>::run_ranges_with /w/kernels/src/pool.rs:586:13 (pool+0x5)
+  Previous read of size 8 at 0x7f6d933fc8c8 by thread T2:
+    #0 keepalloc_kernels::pool::worker::{closure#2} /w/kernels/src/pool.rs:727:30 (pool+0x6)
+SUMMARY: ThreadSanitizer: data race x
+==================
+";
+
+    #[test]
+    fn the_pool_mutants_signature_is_its_task_writes_racing_with_caller_reads() {
+        let reports = parse_reports(POOL_RACE, "/w");
+        assert_eq!(reports.len(), 2);
+        assert_eq!(
+            reports[0].accesses[0].1.as_deref(),
+            Some("kernels/tests/pool.rs:77 (caller_reads)")
+        );
+        assert!(Signature::PoolResultsUnpublished.matches(&reports[0]));
+        // A race inside the pool's own hand-off is a real consequence of the mutant, but not
+        // its signature; nor is the racy control's, nor the pool's for the racy control.
+        assert!(!Signature::PoolResultsUnpublished.matches(&reports[1]));
+        let racy = parse_reports(RACE, "/w");
+        assert!(!Signature::PoolResultsUnpublished.matches(&racy[0]));
+        assert!(!Signature::RacyControl.matches(&reports[0]));
+        // The mutant's config quotes the cfg value for TOML.
+        assert!(POOL_MUTANT_CONFIG.contains(r#""keepalloc_pool_mutant=\"done_relaxed\"""#));
+    }
+
     #[test]
     fn a_control_reported_only_outside_its_code_is_inconclusive() {
         let row = |outcomes: Vec<Outcome>| Row {
             what: "racy".into(),
-            expect: Expect::Reported,
+            expect: Expect::Reported(Signature::RacyControl),
             program: PathBuf::new(),
             args: Vec::new(),
             cwd: PathBuf::new(),
