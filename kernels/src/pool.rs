@@ -119,10 +119,24 @@ fn ends(state: u64) -> (usize, usize) {
     (((state >> 16) & 0xffff) as usize, (state & 0xffff) as usize)
 }
 
+/// `tag` in the high half of a word whose low half is `low` (a state's claim indices, or a
+/// seat count).
+#[inline]
+fn tagged(tag: u64, low: u64) -> u64 {
+    (tag << 32) | low
+}
+
 /// A state of `tag` with claim indices `front` and `back`.
 #[inline]
 fn state_of(tag: u64, front: usize, back: usize) -> u64 {
-    (tag << 32) | ((front as u64) << 16) | back as u64
+    tagged(tag, ((front as u64) << 16) | back as u64)
+}
+
+/// The tag after the one of `state`: tags count up by one per job round (and once more at
+/// drop), modulo 2^32, so a worker's stale read of a job is told apart for 2^32 rounds.
+#[inline]
+fn next_tag(state: u64) -> u64 {
+    ((state >> 32) + 1) & CLOSED
 }
 
 /// The block every thread of one pool shares, allocated through the table.
@@ -270,8 +284,9 @@ impl Shared {
             let range = match claimed.take() {
                 Some(range) => range,
                 None => {
+                    // A closed state has front = back = 0xffff: `front >= back` refuses it.
                     let (front, back) = ends(st);
-                    if st >> 32 != tag || st & CLOSED == CLOSED || front >= back || back > tasks {
+                    if st >> 32 != tag || front >= back || back > tasks {
                         return;
                     }
                     let run = self.run_length(back - front);
@@ -296,10 +311,13 @@ impl Shared {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(range))) {
                 // The rest of this run is skipped, and so are the tasks nobody claimed (all
                 // counted as done); keep the first payload.
+                // The state still has this job's tag and is open: the caller closes it only
+                // once every task is counted, and this thread has not counted its run yet.
                 let mut cur = self.state.load(Ordering::Relaxed);
                 loop {
+                    debug_assert_eq!(cur >> 32, tag, "a job moved on with tasks uncounted");
                     let (f, b) = ends(cur);
-                    if cur >> 32 != tag || cur & CLOSED == CLOSED || f >= b {
+                    if f >= b {
                         break;
                     }
                     match self.state.compare_exchange_weak(
@@ -547,7 +565,7 @@ impl ThreadPool {
             // The state is closed (by the previous run, or since creation), so no thread can
             // claim a task while the job is written; a worker reading it now is told apart by
             // the tag (see `Shared`).
-            let tag = ((s.state.load(Ordering::Relaxed) >> 32) + 1) & CLOSED;
+            let tag = next_tag(s.state.load(Ordering::Relaxed));
             s.job.store(
                 &job as *const &(dyn Fn(Range<usize>) + Sync) as usize,
                 Ordering::Relaxed,
@@ -558,7 +576,7 @@ impl ThreadPool {
             } else {
                 helpers as u64
             };
-            s.seats.store((tag << 32) | seats, Ordering::Relaxed);
+            s.seats.store(tagged(tag, seats), Ordering::Relaxed);
             s.done.0.store(0, Ordering::Relaxed);
             // The caller's first run is claimed by the store that publishes the job (so a
             // worker's first claim never races it, and costs no transfer of the line back
@@ -579,7 +597,7 @@ impl ThreadPool {
                 },
             );
             // Every task has returned; close the job before `job` goes out of scope.
-            s.state.store((tag << 32) | CLOSED, Ordering::SeqCst);
+            s.state.store(tagged(tag, CLOSED), Ordering::SeqCst);
             if s.panic.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
                 break;
             }
@@ -635,8 +653,8 @@ impl Drop for ThreadPool {
         {
             let s = self.shared();
             s.shutdown.store(true, Ordering::SeqCst);
-            let tag = ((s.state.load(Ordering::Relaxed) >> 32) + 1) & CLOSED;
-            s.state.store((tag << 32) | CLOSED, Ordering::SeqCst);
+            let tag = next_tag(s.state.load(Ordering::Relaxed));
+            s.state.store(tagged(tag, CLOSED), Ordering::SeqCst);
             let _l = s.lock();
             s.wake.notify_all();
         }
@@ -697,8 +715,9 @@ fn worker(s: &Shared) {
                 s.sleepers.fetch_sub(1, Ordering::SeqCst);
             },
         );
-        // Seqlock read of the job: valid only if the state still has the same tag and is
-        // not closed after the job was read.
+        // Seqlock read of the job: valid only if the state still has the same tag after the
+        // job was read. (A closed state, a finished job's, needs no check here: its front =
+        // back = 0xffff leaves `work` nothing to claim, so it never touches the job.)
         let first = s.state.load(Ordering::SeqCst);
         seen = first >> 32;
         // Drop sets the flag before it publishes its tag: checked after reading the tag, so
@@ -710,7 +729,7 @@ fn worker(s: &Shared) {
         let tasks = s.tasks.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
         let again = s.state.load(Ordering::Relaxed);
-        if again >> 32 != seen || again & CLOSED == CLOSED || first & CLOSED == CLOSED {
+        if again >> 32 != seen {
             continue;
         }
         // A job that may use fewer threads than the pool has: the workers past its seats
@@ -797,14 +816,18 @@ impl Threads {
     }
 }
 
-/// The worker threads of one pool (std threads where there are no pthreads).
+/// The worker threads of one pool (std threads where there are no pthreads). A name of its
+/// own: cargo-mutants' configuration (`.cargo/mutants.toml`) leaves it out, since no test
+/// on a Unix machine compiles it.
 #[cfg(not(unix))]
-struct Threads(Vec<std::thread::JoinHandle<()>>);
+struct StdThreads(Vec<std::thread::JoinHandle<()>>);
+#[cfg(not(unix))]
+type Threads = StdThreads;
 
 #[cfg(not(unix))]
-impl Threads {
-    fn new(_ids: *mut ThreadId) -> Threads {
-        Threads(Vec::new())
+impl StdThreads {
+    fn new(_ids: *mut ThreadId) -> StdThreads {
+        StdThreads(Vec::new())
     }
 
     fn spawn(&mut self, shared: NonNull<Shared>) -> Result<(), KernelError> {
@@ -888,12 +911,19 @@ pub fn process_pool() -> Result<&'static ThreadPool, KernelError> {
     Ok(PROCESS.get_or_init(|| pool))
 }
 
+/// The integration tests' watchdog, for the unit tests below.
+#[cfg(test)]
+#[path = "../tests/common/watchdog.rs"]
+mod test_watchdog;
+
 #[cfg(test)]
 mod tests {
-    use super::{Capped, Parallel, ThreadPool};
+    use super::{ALL_SEATS, CLOSED, Capped, Parallel, ThreadPool, next_tag, state_of, tagged};
     use keepalloc_allocators::{AllocatorTable, System};
     use std::collections::HashSet;
+    use std::sync::Barrier;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     static TABLE: AllocatorTable = AllocatorTable::for_allocator(&System);
 
@@ -912,6 +942,8 @@ mod tests {
 
     #[test]
     fn a_capped_pool_runs_a_job_on_at_most_its_threads() {
+        let _bound =
+            super::test_watchdog::watchdog("a_capped_pool_runs_a_job_on_at_most_its_threads");
         let pool = ThreadPool::with_table(&TABLE, 4).unwrap();
         // The whole pool: more than two threads take part (the control for the cap).
         assert!(threads_used(&pool) > 2);
@@ -927,5 +959,95 @@ mod tests {
         assert!(threads_used(&pool) > 2);
         assert_eq!(Capped::new(&pool, 0).threads(), 1);
         assert_eq!(Capped::new(&pool, 64).threads(), 4);
+    }
+
+    #[test]
+    fn tags_count_up_one_per_round_and_a_full_job_leaves_the_seats_alone() {
+        let _bound = super::test_watchdog::watchdog(
+            "tags_count_up_one_per_round_and_a_full_job_leaves_the_seats_alone",
+        );
+        // The tag is what tells a worker's stale read of a job from the current one: it
+        // must be new for every round, for as long as possible (2^32 rounds).
+        assert_eq!(next_tag(state_of(7, 3, 9)), 8);
+        assert_eq!(next_tag(tagged(u64::from(u32::MAX), CLOSED)), 0);
+        let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+        let s = pool.shared();
+        let before = s.state.load(Ordering::SeqCst) >> 32;
+        let barrier = Barrier::new(2);
+        for _ in 0..3 {
+            // Two tasks that wait for each other: the worker took one (and its seat).
+            pool.run(2, &|_| {
+                barrier.wait();
+            });
+            // Every worker may join a job of the whole pool: no seat was counted off.
+            assert_eq!(s.seats.load(Ordering::SeqCst) & ALL_SEATS, ALL_SEATS);
+        }
+        let state = s.state.load(Ordering::SeqCst);
+        assert_eq!(state >> 32, before + 3, "one new tag per round");
+        assert_eq!(state & CLOSED, CLOSED, "closed between jobs");
+    }
+
+    #[test]
+    fn claims_follow_the_guided_schedule() {
+        let _bound = super::test_watchdog::watchdog("claims_follow_the_guided_schedule");
+        // Three threads, capped to two: one worker joins, so the order of claims is fixed.
+        // The caller's first run (claimed by the publish) holds it until the worker has
+        // claimed and run every other task from the back, in runs of the unclaimed count
+        // over twice the pool's thread count (at least one), which is what the pool
+        // documents.
+        let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
+        let capped = Capped::new(&pool, 2);
+        let tasks = 100;
+        let first = tasks / 6;
+        let caller = std::thread::current().id();
+        let others = AtomicUsize::new(0);
+        let runs = std::sync::Mutex::new(Vec::new());
+        capped.run_ranges(tasks, &|r| {
+            if std::thread::current().id() == caller {
+                assert_eq!(r, 0..first, "the caller's first run");
+                while others.load(Ordering::Acquire) < tasks - first {
+                    std::thread::yield_now();
+                }
+            } else {
+                others.fetch_add(r.len(), Ordering::Release);
+                runs.lock().unwrap().push(r);
+            }
+        });
+        let mut expected = Vec::new();
+        let mut back = tasks;
+        while back > first {
+            let run = ((back - first) / 6).max(1);
+            expected.push(back - run..back);
+            back -= run;
+        }
+        assert_eq!(runs.into_inner().unwrap(), expected);
+    }
+
+    #[test]
+    fn a_capped_pool_of_one_runs_a_job_as_one_range_on_the_caller() {
+        let _bound = super::test_watchdog::watchdog(
+            "a_capped_pool_of_one_runs_a_job_as_one_range_on_the_caller",
+        );
+        let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
+        let one = Capped::new(&pool, 1);
+        let caller = std::thread::current().id();
+        let ranges = std::sync::Mutex::new(Vec::new());
+        one.run_ranges(50, &|r| {
+            assert_eq!(std::thread::current().id(), caller);
+            ranges.lock().unwrap().push(r);
+        });
+        assert_eq!(ranges.into_inner().unwrap(), vec![0..50]);
+        // `run`, one index at a time, through a capped pool: every task once.
+        let hits: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(0)).collect();
+        Capped::new(&pool, 2).run(40, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn a_pool_debugs_as_its_thread_count() {
+        let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
+        assert_eq!(format!("{pool:?}"), "ThreadPool { threads: 3 }");
     }
 }

@@ -9,7 +9,9 @@ use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
+use std::time::Duration;
 
+use common::watchdog::watchdog;
 use common::{Case, Rng};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
 use keepalloc_kernels::{
@@ -30,6 +32,7 @@ fn counts(pool: &dyn Parallel, tasks: usize) -> Vec<usize> {
 
 #[test]
 fn every_task_runs_exactly_once() {
+    let _bound = watchdog("every_task_runs_exactly_once");
     for threads in [1, 2, 3, 8] {
         let pool = ThreadPool::with_table(&TABLE, threads).unwrap();
         assert_eq!(pool.threads(), threads);
@@ -43,6 +46,7 @@ fn every_task_runs_exactly_once() {
         }
     }
     assert!(counts(&Sequential, 5).iter().all(|&c| c == 1));
+    assert_eq!(Sequential.threads(), 1);
     // More tasks than one round hands out (65,534): several rounds, each task once; and a
     // last round of a single task, which the caller's pre-claimed first run takes whole.
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
@@ -85,6 +89,7 @@ fn caller_reads(out: &[u64]) -> u64 {
 /// ThreadSanitizer must report `task_writes` racing with `caller_reads`.
 #[test]
 fn what_tasks_write_is_the_callers_after_run() {
+    let _bound = watchdog("what_tasks_write_is_the_callers_after_run");
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
     let mut out = vec![0u64; 64];
     let slots = Slots(out.as_mut_ptr());
@@ -148,6 +153,7 @@ impl Parallel for RunOnly {
 
 #[test]
 fn ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs() {
+    let _bound = watchdog("ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs");
     for threads in [1, 2, 3, 8] {
         let pool = ThreadPool::with_table(&TABLE, threads).unwrap();
         for tasks in [0, 1, 2, 3, 7, 24, 64, 1000] {
@@ -179,6 +185,7 @@ fn ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs() {
 
 #[test]
 fn a_panicking_range_propagates_and_the_pool_survives() {
+    let _bound = watchdog("a_panicking_range_propagates_and_the_pool_survives");
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
     for _ in 0..50 {
         let r = catch_unwind(AssertUnwindSafe(|| {
@@ -196,6 +203,7 @@ fn a_panicking_range_propagates_and_the_pool_survives() {
 
 #[test]
 fn work_really_runs_on_several_threads() {
+    let _bound = watchdog("work_really_runs_on_several_threads");
     // Two tasks that each wait for the other: only two threads running at once finish.
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
     let barrier = Barrier::new(2);
@@ -205,7 +213,24 @@ fn work_really_runs_on_several_threads() {
 }
 
 #[test]
+fn a_sleeping_worker_is_woken_by_the_next_job() {
+    let _bound = watchdog("a_sleeping_worker_is_woken_by_the_next_job");
+    // Two tasks that each wait for the other, after the pool has been idle far longer than
+    // a worker spins (1 ms): the worker is asleep on its condition variable, and only a
+    // job that wakes it finishes (one that does not hangs, and the watchdog reports it).
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let barrier = Barrier::new(2);
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(30));
+        pool.run(2, &|_| {
+            barrier.wait();
+        });
+    }
+}
+
+#[test]
 fn bad_thread_counts_and_tables_are_errors() {
+    let _bound = watchdog("bad_thread_counts_and_tables_are_errors");
     assert_eq!(
         ThreadPool::with_table(&TABLE, 0).unwrap_err(),
         KernelError::InvalidThreads
@@ -226,6 +251,7 @@ fn bad_thread_counts_and_tables_are_errors() {
 
 #[test]
 fn the_state_is_one_table_block_given_back_on_drop() {
+    let _bound = watchdog("the_state_is_one_table_block_given_back_on_drop");
     // Other tests share BACKEND, so compare a private counting table.
     static OWN: Counting<System> = Counting::new(System);
     static OWN_TABLE: AllocatorTable = AllocatorTable::for_allocator(&OWN);
@@ -241,6 +267,7 @@ fn the_state_is_one_table_block_given_back_on_drop() {
 
 #[test]
 fn a_panicking_task_propagates_and_the_pool_survives() {
+    let _bound = watchdog("a_panicking_task_propagates_and_the_pool_survives");
     let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
     for round in 0..20 {
         let ran = AtomicUsize::new(0);
@@ -264,7 +291,108 @@ fn a_panicking_task_propagates_and_the_pool_survives() {
 }
 
 #[test]
+fn after_a_panic_the_unclaimed_tasks_are_skipped() {
+    let _bound = watchdog("after_a_panic_the_unclaimed_tasks_are_skipped");
+    // Task 0 is the first of the caller's first run (claimed when the job is published) and
+    // panics; the worker's tasks wait for that panic, then take a millisecond each. The
+    // caller must take no task after its panic: what nobody had claimed is skipped, and only
+    // the worker's run in flight (at most the 75 unclaimed tasks over four) completes.
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let caller = std::thread::current().id();
+    let panicking = std::sync::atomic::AtomicBool::new(false);
+    let on_caller = AtomicUsize::new(0);
+    let hits: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+    let caught = catch_unwind(AssertUnwindSafe(|| {
+        pool.run(100, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            if i == 0 {
+                panicking.store(true, Ordering::SeqCst);
+                panic!("task 0 failed");
+            }
+            if std::thread::current().id() == caller {
+                on_caller.fetch_add(1, Ordering::Relaxed);
+            }
+            while !panicking.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        })
+    }));
+    let payload = caught.expect_err("the panic reaches the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"task 0 failed"));
+    assert_eq!(
+        on_caller.into_inner(),
+        0,
+        "the caller ran tasks after its panic"
+    );
+    let hits: Vec<usize> = hits.into_iter().map(AtomicUsize::into_inner).collect();
+    assert_eq!(hits[0], 1);
+    assert!(hits.iter().all(|&h| h <= 1));
+    let ran = hits.iter().sum::<usize>();
+    assert!(
+        ran <= 1 + 75 / 4,
+        "{ran} tasks ran after a panic at the first"
+    );
+    // Still usable.
+    assert!(counts(&pool, 10).iter().all(|&c| c == 1));
+}
+
+/// The state letter of thread `tid` of this process in `/proc` (`R` running, `S` asleep).
+#[cfg(target_os = "linux")]
+fn thread_state(tid: usize) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // `tid (comm) S ...`: the name may hold spaces and parentheses, the state follows the
+    // last `)`.
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.trim_start().chars().next().unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_idle_worker_goes_to_sleep() {
+    let _bound = watchdog("an_idle_worker_goes_to_sleep");
+    // The pool promises that an idle pool costs no CPU: a worker spins about 1 ms after its
+    // last task and then sleeps. The witness is the kernel's view of the worker thread,
+    // not the pool's own counters: it must reach `S` (a worker that never stops spinning
+    // stays `R`, and the watchdog reports the test).
+    unsafe extern "C" {
+        fn gettid() -> i32;
+    }
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { gettid() } as usize;
+    let worker = AtomicUsize::new(0);
+    let barrier = Barrier::new(2);
+    pool.run(2, &|_| {
+        // SAFETY: as above.
+        let tid = unsafe { gettid() } as usize;
+        if tid != me {
+            worker.store(tid, Ordering::Relaxed);
+        }
+        barrier.wait(); // two distinct threads
+    });
+    let worker = worker.into_inner();
+    assert_ne!(worker, 0);
+    while thread_state(worker) != 'S' {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // And the next job still runs on both threads.
+    pool.run(2, &|_| {
+        barrier.wait();
+    });
+}
+
+#[test]
+fn a_pool_of_max_pool_threads_starts_and_stops() {
+    let _bound = watchdog("a_pool_of_max_pool_threads_starts_and_stops");
+    let pool = ThreadPool::with_table(&TABLE, MAX_POOL_THREADS).unwrap();
+    assert_eq!(pool.threads(), MAX_POOL_THREADS);
+    assert!(counts(&pool, 3000).iter().all(|&c| c == 1));
+}
+
+#[test]
 fn concurrent_callers_are_serialized_and_all_complete() {
+    let _bound = watchdog("concurrent_callers_are_serialized_and_all_complete");
     let pool = Arc::new(ThreadPool::with_table(&TABLE, 2).unwrap());
     let callers: Vec<_> = (0..4)
         .map(|t| {
@@ -284,6 +412,7 @@ fn concurrent_callers_are_serialized_and_all_complete() {
 
 #[test]
 fn a_nested_run_runs_inline_instead_of_deadlocking() {
+    let _bound = watchdog("a_nested_run_runs_inline_instead_of_deadlocking");
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
     let inner = AtomicUsize::new(0);
     pool.run(4, &|_| {
@@ -296,6 +425,7 @@ fn a_nested_run_runs_inline_instead_of_deadlocking() {
 
 #[test]
 fn a_pool_dropped_before_its_workers_start_does_not_hang() {
+    let _bound = watchdog("a_pool_dropped_before_its_workers_start_does_not_hang");
     // Drop can publish the shutdown before a worker has run its first instruction; that
     // worker must still see it (a worker that read the current tag at start slept for ever).
     for i in 0..300 {
@@ -330,6 +460,7 @@ std::thread_local! {
 #[cfg(target_os = "linux")]
 #[test]
 fn drop_joins_every_worker() {
+    let _bound = watchdog("drop_joins_every_worker");
     unsafe extern "C" {
         fn gettid() -> i32;
     }
@@ -494,6 +625,7 @@ const SHAPES: [(usize, usize, usize); 16] = [
 
 #[test]
 fn threads_are_bit_identical_to_one_thread_over_shapes() {
+    let _bound = watchdog("threads_are_bit_identical_to_one_thread_over_shapes");
     let pools: Vec<(String, Box<dyn Parallel>)> = vec![
         (
             "pool(2)".into(),
@@ -540,6 +672,7 @@ fn threads_are_bit_identical_to_one_thread_over_shapes() {
 
 #[test]
 fn a_pool_that_skips_tasks_is_an_error_not_a_wrong_answer() {
+    let _bound = watchdog("a_pool_that_skips_tasks_is_an_error_not_a_wrong_answer");
     let mut rng = Rng::new(12);
     let (m, k, n) = (64, 256, 512);
     let case = Case::random(&mut rng, m, k, n);
@@ -555,10 +688,21 @@ fn a_pool_that_skips_tasks_is_an_error_not_a_wrong_answer() {
 
 #[test]
 fn the_process_pool_is_one_per_cpu_and_shared() {
+    let _bound = watchdog("the_process_pool_is_one_per_cpu_and_shared");
     let a = process_pool().unwrap();
     let b = process_pool().unwrap();
     assert!(std::ptr::eq(a, b));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(a.threads(), cpus);
     assert!(counts(a, 33).iter().all(|&c| c == 1));
+    // And no more threads than that run its tasks (a process pool that started more
+    // workers than it counts would spread a job over them): tasks that sleep, so every
+    // thread there is gets to take some.
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    a.run(48, &|_| {
+        seen.lock().unwrap().insert(std::thread::current().id());
+        std::thread::sleep(Duration::from_millis(2));
+    });
+    let used = seen.into_inner().unwrap().len();
+    assert!(used <= cpus, "{used} threads ran tasks of a pool of {cpus}");
 }

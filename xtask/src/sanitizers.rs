@@ -317,7 +317,9 @@ task_writes / caller_reads race in kernels/tests/pool.rs. A run that times out, 
 ThreadSanitizer report, or in which ThreadSanitizer itself fails, or a control run reported
 only elsewhere, is inconclusive and makes the command fail. Exit 0 only when
 everything that must be clean is clean and the control is reported in every run.
-TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appended).
+TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appended), and
+KEEPALLOC_TEST_DEADLOCK_SECS half of --timeout (the pool tests' watchdog: a hung test is
+named on stderr and aborts, which is inconclusive too).
 Logs of every run that was not clean: target/tsan/logs/.
 
 options:
@@ -1066,9 +1068,15 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
                 argv.extend(["--seed".to_string(), (options.seed + i as u64).to_string()]);
             }
             let mut cmd = Command::new(&row.program);
+            // The pool tests' watchdog (kernels/tests/common/watchdog.rs) at half the
+            // process timeout: a hung test is named by it, well before the kill.
             cmd.args(&argv)
                 .current_dir(&row.cwd)
-                .env("TSAN_OPTIONS", &tsan_options);
+                .env("TSAN_OPTIONS", &tsan_options)
+                .env(
+                    "KEEPALLOC_TEST_DEADLOCK_SECS",
+                    (options.timeout.as_secs() / 2).max(1).to_string(),
+                );
             let (status, stdout, stderr) = run_limited(cmd, options.timeout)?;
             let outcome = classify(status, &stdout, &stderr, options.timeout, &root_text);
             if !matches!(outcome, Outcome::Clean) {

@@ -210,3 +210,4 @@ pub fn without_tail<'a>(
     &out[..end]
 }
 pub mod lowp;
+pub mod watchdog;
