@@ -1,5 +1,6 @@
-//! `cargo xtask mutants`: mutation testing of the provider (`keepalloc-provider`) and of the C
-//! table (`allocators/src/table.rs`) with cargo-mutants, scored against a 95% bar.
+//! `cargo xtask mutants`: mutation testing of the provider (`keepalloc-provider`), of the C
+//! table (`allocators/src/table.rs`) and of the kernels' worker pool (`kernels/src/pool.rs`)
+//! with cargo-mutants, scored against a 95% bar.
 //!
 //! # The test command, and how it is run
 //!
@@ -22,10 +23,11 @@
 //! snapshot of the tree:
 //!
 //! * **stage 1 — cargo-mutants** with the crates' own tests, once per part (the table, with the
-//!   allocators' and the provider's tests; the provider, with its tests): this catches nearly
-//!   everything, in seconds per mutant;
+//!   allocators' and the provider's tests; the provider, with its tests; the pool, with the
+//!   pool tests of keepalloc-kernels): this catches nearly everything, in seconds per mutant;
 //! * **stage 2 — the expensive commands, on stage 1's survivors only** (missed or timed out):
-//!   this command applies each survivor itself, exactly as cargo-mutants did (its span and
+//!   this command applies each survivor of the table and the provider (the pool's code runs in
+//!   neither command) itself, exactly as cargo-mutants did (its span and
 //!   replacement from `outcomes.json`, checked against cargo-mutants' own diff), to a private
 //!   copy of the tree, and runs the loom models (for mutants of `cell.rs` and `sync.rs`, the
 //!   only code loom sees) and then the campaign; both run first on the unmutated copy, and
@@ -65,11 +67,13 @@ const INSTALL: &str = "cargo install cargo-mutants --version 27.1.0 --locked";
 const REQUIRED_SCORE: f64 = 0.95;
 
 const HELP: &str = "\
-usage: cargo xtask mutants [--no-extra]
+usage: cargo xtask mutants [--no-extra] [--part table|provider|pool]...
 
-Mutation-tests keepalloc-provider and the C table (allocators/src/table.rs) with cargo-mutants
-(--jobs 1). Stage 1: cargo-mutants with the crates' tests. Stage 2, on stage 1's survivors
-only: the loom models (mutants of cell.rs/sync.rs) and a short keepalloc-only fault campaign
+Mutation-tests keepalloc-provider, the C table (allocators/src/table.rs) and the kernels'
+worker pool (kernels/src/pool.rs) with cargo-mutants (--jobs 1). Stage 1: cargo-mutants with
+the crates' tests (for the pool: keepalloc-kernels --lib --test pool). Stage 2, on the
+provider's and the table's stage-1 survivors only: the loom models (mutants of
+cell.rs/sync.rs) and a short keepalloc-only fault campaign
 (`cargo xtask fault-test --variant keepalloc --runs 3`). Prints the survivors, the documented
 equivalent mutants, and finally `mutants: caught C, missed M, timeout T, unviable U`; exits
 non-zero when fewer than 95% of the viable mutants were caught, unless every missed mutant is a
@@ -77,6 +81,8 @@ documented equivalent. Reports go to target/mutants/.
 
 options:
   --no-extra   stage 1 only (no loom, no campaign): quicker, and a lower score
+  --part NAME  only this part (repeatable; default: all three); the score is over the
+               parts that ran, and the equivalents of the others are 'not generated'
 ";
 
 /// One cargo-mutants run of stage 1: which mutants, and whose tests.
@@ -86,6 +92,11 @@ struct Part {
     select: &'static [&'static str],
     /// The packages whose tests make up stage 1's test command.
     test_packages: &'static [&'static str],
+    /// Arguments for that `cargo test` (which of the packages' test targets run).
+    test_args: &'static [&'static str],
+    /// Whether stage 2 (loom, the campaign) sees this part's code at all: its survivors go
+    /// there only if it does.
+    stage2: bool,
 }
 
 /// `allocators/src/raw.rs` is not here: it is the malloc-style backends' shape
@@ -93,7 +104,7 @@ struct Part {
 /// block/header code (`block_layout`, `alloc_block`, `block_of`, the `table_*` functions) is
 /// all in `table.rs`; cargo-mutants does not mutate the bodies of `unsafe fn`s, so of it
 /// only `block_layout` and `no_unwind` get mutants.
-const PARTS: [Part; 2] = [
+const PARTS: [Part; 3] = [
     Part {
         name: "table",
         select: &[
@@ -103,11 +114,32 @@ const PARTS: [Part; 2] = [
             "allocators/src/table.rs",
         ],
         test_packages: &["keepalloc-allocators", "keepalloc-provider"],
+        test_args: &[],
+        stage2: true,
     },
     Part {
         name: "provider",
         select: &["--package", "keepalloc-provider"],
         test_packages: &["keepalloc-provider"],
+        test_args: &[],
+        stage2: true,
+    },
+    // The kernels' worker pool, with its own tests (tests/pool.rs and the lib's, which include
+    // the capped pool's; the operators' tests would add minutes per mutant and see the pool
+    // only through `run`). Its tests carry a watchdog (kernels/tests/common/watchdog.rs), so
+    // a mutant that loses a wake-up or a task fails in 10 s instead of timing out. Neither
+    // loom (the provider's cell only) nor the campaign (one thread) runs the pool.
+    Part {
+        name: "pool",
+        select: &[
+            "--package",
+            "keepalloc-kernels",
+            "--file",
+            "kernels/src/pool.rs",
+        ],
+        test_packages: &["keepalloc-kernels"],
+        test_args: &["--lib", "--test", "pool"],
+        stage2: false,
     },
 ];
 
@@ -122,11 +154,54 @@ const LOOM_FILES: [&str; 2] = ["provider/src/cell.rs", "provider/src/sync.rs"];
 /// RUNNING, so the next caller waits for ever) hangs stage 1 and is caught by loom as a
 /// deadlock, so it is not listed. (Most of the unviable mutants are replacements that do not
 /// type-check, such as `Ok(NonNull::new())` or `Box::leak(Box::new(Owner::new()))`.)
-pub const EQUIVALENT: &[(&str, &str)] = &[(
-    "allocators/src/table.rs: replace | with ^ in tag",
-    "the cookie's low byte is always 0 (`& !0xff`) and the alignment's log2 is < 64, so \
-     `cookie | log2` and `cookie ^ log2` are the same number for every input",
-)];
+///
+/// The pool's entries marked *performance only* change when a thread
+/// spins, sleeps or is notified, never which tasks run or what a run returns, so a test
+/// could only tell them apart by a timing threshold, which the project's tests do not have.
+/// The ones that would make an idle pool spin for ever are caught, by the kernel's view of
+/// the worker thread (`an_idle_worker_goes_to_sleep` in kernels/tests/pool.rs).
+pub const EQUIVALENT: &[(&str, &str)] = &[
+    (
+        "allocators/src/table.rs: replace | with ^ in tag",
+        "the cookie's low byte is always 0 (`& !0xff`) and the alignment's log2 is < 64, so \
+         `cookie | log2` and `cookie ^ log2` are the same number for every input",
+    ),
+    (
+        "kernels/src/pool.rs: replace | with ^ in state_of",
+        "`front << 16` and `back` are disjoint bit fields (both are at most 0xffff), so `|` \
+         and `^` give the same state",
+    ),
+    (
+        "kernels/src/pool.rs: replace | with ^ in tagged",
+        "`tag << 32` and the low half (claim indices, a seat count, CLOSED: all below 2^32) \
+         are disjoint bit fields, so `|` and `^` give the same word",
+    ),
+    (
+        "kernels/src/pool.rs: replace > with >= in Shared::publish",
+        "performance only: with no sleeper the notify_all under the lock wakes nobody, so \
+         notifying always costs a lock and changes nothing else",
+    ),
+    (
+        "kernels/src/pool.rs: replace && with || in Shared::work",
+        "performance only: a thread whose count is not the last notifies the caller's condvar \
+         too; a notified caller re-checks done == tasks and waits again",
+    ),
+    (
+        "kernels/src/pool.rs: replace && with || in wait_until",
+        "performance only: the spin gives up after 64 pauses instead of about 1 ms, and the \
+         blocking wait that follows is woken by the same protocol",
+    ),
+    (
+        "kernels/src/pool.rs: replace > with < in wait_until",
+        "performance only: the spin gives up at its first clock check (64 pauses) instead of \
+         after 1 ms; the blocking wait that follows is woken by the same protocol",
+    ),
+    (
+        "kernels/src/pool.rs: replace > with >= in wait_until",
+        "the spin ends when the elapsed time reaches 1 ms instead of passing it: the two differ \
+         only at an elapsed time of exactly 1 ms, by one clock check",
+    ),
+];
 
 /// Where a mutant was in the source, as cargo-mutants reports it (1-based, end exclusive,
 /// columns counted in chars).
@@ -156,6 +231,8 @@ struct Mutant {
     verdict: Verdict,
     /// Which command caught it (stage 1's tests, loom, the campaign).
     caught_by: Option<&'static str>,
+    /// Whether stage 2 runs it if it survives stage 1 (its part's [`Part::stage2`]).
+    stage2: bool,
 }
 
 impl Mutant {
@@ -180,9 +257,18 @@ fn strip_line_col(name: &str) -> String {
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut extra = true;
-    for arg in args {
+    let mut only: Vec<&'static str> = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--no-extra" => extra = false,
+            "--part" => {
+                let name = args.next().ok_or("mutants: --part needs a name")?;
+                let part = PARTS.iter().find(|p| p.name == name).ok_or_else(|| {
+                    format!("mutants: no part `{name}` (table, provider or pool)\n{HELP}")
+                })?;
+                only.push(part.name);
+            }
             "-h" | "--help" => {
                 print!("{HELP}");
                 return Ok(());
@@ -203,13 +289,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     // Stage 1.
     let mut mutants = Vec::new();
-    for part in &PARTS {
+    for part in PARTS
+        .iter()
+        .filter(|p| only.is_empty() || only.contains(&p.name))
+    {
         mutants.extend(run_part(part, &tree, &work)?);
     }
 
     // Stage 2.
     let survivors: Vec<usize> = (0..mutants.len())
-        .filter(|&i| matches!(mutants[i].verdict, Verdict::Missed | Verdict::Timeout))
+        .filter(|&i| {
+            mutants[i].stage2 && matches!(mutants[i].verdict, Verdict::Missed | Verdict::Timeout)
+        })
         .collect();
     if !extra {
         println!("xtask mutants: --no-extra: the loom models and the campaign were not run");
@@ -344,12 +435,20 @@ fn run_part(part: &Part, tree: &Path, work: &Path) -> Result<Vec<Mutant>, String
     for package in part.test_packages {
         cmd.args(["--test-package", package]);
     }
+    if !part.test_args.is_empty() {
+        cmd.arg("--").args(part.test_args);
+    }
     // One target directory for every run: dependencies are built once.
     cmd.env("CARGO_TARGET_DIR", work.join("target"));
     println!(
-        "xtask mutants: stage 1, {}: cargo-mutants with the tests of {}",
+        "xtask mutants: stage 1, {}: cargo-mutants with the tests of {}{}",
         part.name,
-        part.test_packages.join(", ")
+        part.test_packages.join(", "),
+        if part.test_args.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", part.test_args.join(" "))
+        }
     );
     // cargo-mutants exits non-zero when a mutant survives: its outcomes say what happened.
     let status = cmd
@@ -362,7 +461,11 @@ fn run_part(part: &Part, tree: &Path, work: &Path) -> Result<Vec<Mutant>, String
             outcomes.display()
         )
     })?;
-    parse_outcomes(&text, &out.join("mutants.out"))
+    let mut mutants = parse_outcomes(&text, &out.join("mutants.out"))?;
+    for m in &mut mutants {
+        m.stage2 = part.stage2;
+    }
+    Ok(mutants)
 }
 
 /// Reads cargo-mutants' `outcomes.json`: every mutant with its verdict. Fails when the
@@ -417,6 +520,7 @@ fn parse_outcomes(text: &str, dir: &Path) -> Result<Vec<Mutant>, String> {
             diff: outcome["diff_path"].as_str().map(|p| dir.join(p)),
             verdict,
             caught_by: (verdict == Verdict::Caught).then_some("tests"),
+            stage2: true,
         });
     }
     Ok(mutants)
