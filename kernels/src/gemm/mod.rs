@@ -5,7 +5,8 @@
 //! * M = 1 goes to the ISA's GEMV kernel: each weight is read once, with several
 //!   independent accumulator chains per panel so that the FMA latency never limits it, and
 //!   every other run on a thread takes the panels last to first, so that it starts on the
-//!   weights the previous run left in L2.
+//!   weights the previous run left in L2 (on Zen 4 only when they fit in L2: see
+//!   [`gemv_alternates`]).
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
 //!   for AVX-512 when the weights fit well in L3, except on Intel and Zen 5, where a row
 //!   tile's sweep outruns the L3: see [`blocking`]), K in KC steps (partial sums stored to C
@@ -127,9 +128,35 @@ std::thread_local! {
     /// back (a benchmark's loop, or a model of one layer): measured on a 2 MiB-L2 Xeon,
     /// 1x1536x1536 (9.4 MiB of weights, L3-bound) +20%, 1x256x256 +6%. A decode loop gains
     /// nothing from it: it runs every other layer between two runs of this one, and their
-    /// weights evict these. When other work evicted them it costs nothing either.
+    /// weights evict these. When other work evicted them it costs nothing either. Which
+    /// calls alternate: [`gemv_alternates`].
     /// `const`-initialized: no allocation, no destructor.
     static GEMV_BACKWARDS: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether a batch-1 call over `call_bytes` of weights (its own panels: a thread's share when
+/// the run is cut) takes part in the alternating order of [`GEMV_BACKWARDS`].
+///
+/// Everywhere but Zen 4 it always does (measured on the Xeon: 1x1536x1536 +20%, its
+/// weights L3-bound). On Zen 4 (AMD before family 0x1A) only when the weights fit in L2:
+/// there the whole block is found in L2 whichever end a run starts from, while a run over
+/// L3-resident weights taken backwards restarts the hardware's stream at every panel
+/// (each panel is read forward, and the previous panel lies behind it), which costs more
+/// than the megabyte it finds still in L2. Measured on Zen 4 against current XNNPACK in
+/// the same runs, with throwaway switches (`keepalloc-kernels-bench --libs
+/// keepalloc,XNNPACK-2026 --shapes ...`, interleaved runs): 1x1536x1536 (9.4 MiB) always
+/// alternating 46.3–47.0 GFLOPS (0.97–1.00×, 0.98× in most runs), never 46.9–47.3
+/// (0.99–1.02×), alternating only within L2 47.1–47.2 (0.99–1.00×); 1x256x256 (256 KiB)
+/// alternating 57.0–57.2 (1.03×), never 54.7–54.8 (0.99×). Then the binaries before and
+/// after, four alternating runs each (`--shapes 1x16x32,1x256x256,1x1536x1536`):
+/// 1x1536x1536 46.6–46.8 GFLOPS (0.98× in all four) before, 47.1–47.6 (0.98–1.01×) after;
+/// 1x256x256 1.03–1.04× and 1.02–1.03×. Also tried there and not kept:
+/// the backward order with a head start (16 or 64 lines of the next panel prefetched into
+/// L2 at each panel's start: 0.97–1.00×), software prefetch of the L3-resident stream 1, 4,
+/// 8 or 16 KiB ahead (into L2 or L1: 0.93–0.95×), and two panels streamed at once (47.2,
+/// the same as never alternating).
+fn gemv_alternates(call_bytes: usize, c: Caches) -> bool {
+    !c.amd || c.zen5 || call_bytes <= c.l2
 }
 
 /// GEMV prefetch distance: 16 KiB.
@@ -347,7 +374,8 @@ unsafe fn gemv_run(p: &Problem, panels: Range<usize>) {
     let packed_bytes = panel_len * p.n.div_ceil(nr) * size_of::<f32>();
     // The GEMV prefetches this far ahead in the packed block (whose panels are
     // contiguous), into L2 or L1 by where the weights come from.
-    let (pf_off, pf_l1) = gemv_prefetch(packed_bytes, p.shared, caches());
+    let c = caches();
+    let (pf_off, pf_l1) = gemv_prefetch(packed_bytes, p.shared, c);
     let mut g = Tile {
         kc: p.k,
         a: p.a,
@@ -380,9 +408,11 @@ unsafe fn gemv_run(p: &Problem, panels: Range<usize>) {
         };
     };
     // Every other batch-1 run on this thread goes through the panels backwards, so it
-    // starts on the panels the previous run read last. Each panel is computed by the same
-    // instructions in either order: the result does not change.
-    if GEMV_BACKWARDS.with(|b| b.replace(!b.get())) {
+    // starts on the panels the previous run read last (where [`gemv_alternates`] says it
+    // pays). Each panel is computed by the same instructions in either order: the result
+    // does not change.
+    let call_bytes = panels.len() * panel_len * size_of::<f32>();
+    if gemv_alternates(call_bytes, c) && GEMV_BACKWARDS.with(|b| b.replace(!b.get())) {
         panels.rev().for_each(&mut one);
     } else {
         panels.for_each(&mut one);
@@ -889,8 +919,8 @@ pub(crate) mod test_cpus {
 mod tests {
     use super::test_cpus::{XEON, ZEN4, ZEN5};
     use super::{
-        Caches, GEMV_L1_PREFETCH_FLOATS, GEMV_PREFETCH_FLOATS, Isa, blocking, gemv_prefetch,
-        lone_panel, pair_rows_on, pairs_outer, row_tiles, shape,
+        Caches, GEMV_L1_PREFETCH_FLOATS, GEMV_PREFETCH_FLOATS, Isa, blocking, gemv_alternates,
+        gemv_prefetch, lone_panel, pair_rows_on, pairs_outer, row_tiles, shape,
     };
 
     const MIB: usize = 1 << 20;
@@ -922,6 +952,31 @@ mod tests {
             assert_eq!(gemv_prefetch(l3, shared, ZEN4), none);
             assert_eq!(gemv_prefetch(l2, shared, ZEN4), none);
         }
+    }
+
+    #[test]
+    fn gemv_alternates_on_zen4_only_within_l2() {
+        // 1x1536x1536 (L3), 1x256x256 (L2), 1x96x64 (L1), and a thread's share exactly L2.
+        let (l3, l2, l1) = (9 * MIB, 256 << 10, 24 << 10);
+        for bytes in [l2, l1, MIB] {
+            assert!(gemv_alternates(bytes, ZEN4), "{bytes}");
+        }
+        assert!(!gemv_alternates(l3, ZEN4));
+        assert!(!gemv_alternates(MIB + 1, ZEN4));
+        for cpu in [ZEN5, XEON] {
+            for bytes in [64 * MIB, l3, l2, l1] {
+                assert!(gemv_alternates(bytes, cpu), "{bytes}");
+            }
+        }
+        // A CPU of unknown vendor keeps the order it was tuned with.
+        let unknown = Caches {
+            l1: 0,
+            l2: 0,
+            intel: false,
+            amd: false,
+            zen5: false,
+        };
+        assert!(gemv_alternates(l3, unknown));
     }
 
     #[test]
