@@ -555,7 +555,8 @@ impl Grid {
     ///
     /// A batch of 1 (the GEMV) is the extreme case: one panel chunk per thread. Each thread
     /// then runs one GEMV call per run, so the direction it takes the panels in alternates
-    /// run by run (see `gemm::run`) and it starts on the weights it read last, still in its
+    /// run by run (see `gemm::run`; on Zen 4 only for a share that fits in L2, see
+    /// `gemm::gemv_alternates`) and it starts on the weights it read last, still in its
     /// L2, as one thread does: the pool hands each thread the same chunk run after run (the
     /// caller the first, the workers from the last). With four tasks per thread the
     /// direction flipped per task and a thread's next run started on cold weights. Measured
