@@ -70,8 +70,8 @@ unsafe impl Sync for Slots {}
 /// names it in a report.
 #[inline(never)]
 fn task_writes(slots: &Slots, i: usize, value: u64) {
-    // SAFETY: `slots` points at a live buffer with more than `i` slots (see the caller), and
-    // slot `i` belongs to task `i` alone.
+    // The buffer is live and has more than `i` slots (see the caller).
+    // SAFETY: slot `i` is in that buffer and belongs to task `i` alone.
     unsafe { slots.0.add(i).write(value) }
 }
 
@@ -337,6 +337,16 @@ fn after_a_panic_the_unclaimed_tasks_are_skipped() {
     assert!(counts(&pool, 10).iter().all(|&c| c == 1));
 }
 
+/// The kernel's id of the calling thread.
+#[cfg(target_os = "linux")]
+fn tid() -> usize {
+    unsafe extern "C" {
+        fn gettid() -> i32;
+    }
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { gettid() as usize }
+}
+
 /// The state letter of thread `tid` of this process in `/proc` (`R` running, `S` asleep).
 #[cfg(target_os = "linux")]
 fn thread_state(tid: usize) -> char {
@@ -355,17 +365,12 @@ fn an_idle_worker_goes_to_sleep() {
     // last task and then sleeps. The witness is the kernel's view of the worker thread,
     // not the pool's own counters: it must reach `S` (a worker that never stops spinning
     // stays `R`, and the watchdog reports the test).
-    unsafe extern "C" {
-        fn gettid() -> i32;
-    }
     let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { gettid() } as usize;
+    let me = tid();
     let worker = AtomicUsize::new(0);
     let barrier = Barrier::new(2);
     pool.run(2, &|_| {
-        // SAFETY: as above.
-        let tid = unsafe { gettid() } as usize;
+        let tid = tid();
         if tid != me {
             worker.store(tid, Ordering::Relaxed);
         }
@@ -461,17 +466,12 @@ std::thread_local! {
 #[test]
 fn drop_joins_every_worker() {
     let _bound = watchdog("drop_joins_every_worker");
-    unsafe extern "C" {
-        fn gettid() -> i32;
-    }
     let pool = ThreadPool::with_table(&TABLE, 4).unwrap();
     let tids: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
     let barrier = Barrier::new(4);
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { gettid() } as usize;
+    let me = tid();
     pool.run(4, &|i| {
-        // SAFETY: as above.
-        let tid = unsafe { gettid() } as usize;
+        let tid = tid();
         tids[i].store(tid, Ordering::Relaxed);
         if tid != me {
             EXIT_WITNESS.with(|w| *w.borrow_mut() = Some(SlowExit));
