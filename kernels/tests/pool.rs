@@ -201,15 +201,20 @@ fn a_panicking_range_propagates_and_the_pool_survives() {
     }
 }
 
-#[test]
-fn work_really_runs_on_several_threads() {
-    let _bound = watchdog("work_really_runs_on_several_threads");
-    // Two tasks that each wait for the other: only two threads running at once finish.
-    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
-    let barrier = Barrier::new(2);
+/// Runs two tasks that each wait for the other at `barrier` (of 2): the job finishes only
+/// when two threads of `pool` run it at once (otherwise it hangs, and the test's watchdog
+/// reports it).
+fn run_on_two_threads(pool: &ThreadPool, barrier: &Barrier) {
     pool.run(2, &|_| {
         barrier.wait();
     });
+}
+
+#[test]
+fn work_really_runs_on_several_threads() {
+    let _bound = watchdog("work_really_runs_on_several_threads");
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    run_on_two_threads(&pool, &Barrier::new(2));
 }
 
 #[test]
@@ -222,9 +227,7 @@ fn a_sleeping_worker_is_woken_by_the_next_job() {
     let barrier = Barrier::new(2);
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(30));
-        pool.run(2, &|_| {
-            barrier.wait();
-        });
+        run_on_two_threads(&pool, &barrier);
     }
 }
 
@@ -382,9 +385,7 @@ fn an_idle_worker_goes_to_sleep() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // And the next job still runs on both threads.
-    pool.run(2, &|_| {
-        barrier.wait();
-    });
+    run_on_two_threads(&pool, &barrier);
 }
 
 #[test]
