@@ -206,6 +206,10 @@ struct Shared {
 #[repr(C, align(64))]
 struct Padded<T>(T);
 
+// `state` and the job it publishes fit in the block's first cache line: `done`, the first
+// field after them, starts the second.
+const _: () = assert!(core::mem::offset_of!(Shared, done) == 64);
+
 // SAFETY: every field but `job` is Sync; `job` is written by the one caller that holds
 // `run_lock`, only while no claim can succeed, and read by a worker only after a successful
 // claim, which the write happens before (see `Shared` and the two accesses).
