@@ -20,6 +20,10 @@
 //! runs first, second, third and last equally often: a fixed order always ran `uncounted`
 //! last and `direct` first); each ratio to direct is the median of the 12 runs' own ratios
 //! (paired: a slow phase of the machine divides out), not the ratio of the two medians.
+//! A fifth column runs the direct calls again, as a control: its ratio to the first is what
+//! the harness reads between two identical columns (1.00× when the position of a column in
+//! the run and the machine's phases do not bias the ratios), so a ratio of the table to
+//! direct beyond that spread is the table's.
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -30,9 +34,9 @@ use keepalloc_allocators::{AllocatorTable, Counting, Mimalloc, System};
 
 const TOTAL: usize = 8_000_000;
 const SIZE: usize = 64;
-/// A multiple of the four columns: each takes every position in a run equally often.
-const RUNS: usize = 12;
-const _: () = assert!(RUNS % 4 == 0);
+/// A multiple of the five columns: each takes every position in a run equally often.
+const RUNS: usize = 15;
+const _: () = assert!(RUNS % 5 == 0);
 
 static SYSTEM: System = System;
 static MIMALLOC: Mimalloc = Mimalloc;
@@ -135,26 +139,28 @@ fn main() {
     );
     println!(
         "backend   threads  direct  counted  owner-table  uncounted   \
-         table/direct  uncounted/direct"
+         table/direct  uncounted/direct  direct-again/direct (control)"
     );
     for backend in ["system", "mimalloc"] {
         type Work = Box<dyn Fn(usize) + Sync>;
-        let modes: [Work; 4] = match backend {
+        let modes: [Work; 5] = match backend {
             "system" => [
                 Box::new(direct(&SYSTEM)),
                 Box::new(direct(&SYSTEM_COUNTED)),
                 Box::new(table(&SYSTEM_TABLE)),
                 Box::new(table(&SYSTEM_UNCOUNTED_TABLE)),
+                Box::new(direct(&SYSTEM)),
             ],
             _ => [
                 Box::new(direct(&MIMALLOC)),
                 Box::new(direct(&MIMALLOC_COUNTED)),
                 Box::new(table(&MIMALLOC_TABLE)),
                 Box::new(table(&MIMALLOC_UNCOUNTED_TABLE)),
+                Box::new(direct(&MIMALLOC)),
             ],
         };
         for threads in [1usize, 2, 8, 32] {
-            let mut v: [Vec<f64>; 4] = Default::default();
+            let mut v: [Vec<f64>; 5] = Default::default();
             for r in 0..RUNS {
                 for j in 0..modes.len() {
                     let i = (r + j) % modes.len();
@@ -164,11 +170,11 @@ fn main() {
             // Each ratio is the median of the runs' own ratios: a run's columns ran back to
             // back, so a slow phase of the machine divides out.
             let ratio = |col: &[f64]| median(col.iter().zip(&v[0]).map(|(x, d)| x / d).collect());
-            let (rt, ru) = (ratio(&v[2]), ratio(&v[3]));
-            let [d, c, t, u] = v.map(median);
+            let (rt, ru, ra) = (ratio(&v[2]), ratio(&v[3]), ratio(&v[4]));
+            let [d, c, t, u, _] = v.map(median);
             println!(
                 "{backend:9} {threads:<8} {d:6.2}  {c:6.2}   {t:6.2}       {u:6.2}      \
-                 {rt:.3}x        {ru:.3}x"
+                 {rt:.3}x        {ru:.3}x            {ra:.3}x"
             );
         }
     }
