@@ -210,9 +210,10 @@ struct Padded<T>(T);
 // field after them, starts the second.
 const _: () = assert!(core::mem::offset_of!(Shared, done) == 64);
 
-// SAFETY: every field but `job` is Sync; `job` is written by the one caller that holds
-// `run_lock`, only while no claim can succeed, and read by a worker only after a successful
-// claim, which the write happens before (see `Shared` and the two accesses).
+// Every field but `job` is Sync; `job` is written by the one caller that holds `run_lock`,
+// only while no claim can succeed, and read by a worker only after a successful claim,
+// which the write happens before (see `Shared` and the two accesses).
+// SAFETY: `job`'s accesses never race (above); the other fields are Sync.
 unsafe impl Sync for Shared {}
 
 /// A round of a job as the workers see it: the caller's task, its lifetime erased (it lives
@@ -596,11 +597,12 @@ impl ThreadPool {
             // is written; a worker reads it only after a claim of the tag published below
             // (see `Shared`).
             let tag = next_tag(s.state.load(Ordering::Relaxed));
-            // SAFETY: no thread reads `job` now: every read follows a successful claim, no
-            // claim can succeed on the drained or closed state, and the reads of the previous round
-            // happened before the `done` count this thread waited for. The lifetime is
-            // erased for the workers: they call `task` only through a claim of this round,
-            // while this call waits for the round to finish, and `task` outlives the call.
+            // No thread reads `job` now: every read follows a successful claim, no claim can
+            // succeed on the drained or closed state, and the reads of the previous round
+            // happened before the `done` count this thread waited for. The lifetime is erased
+            // for the workers: they call `task` only through a claim of this round, while
+            // this call waits for the round to finish, and `task` outlives the call.
+            // SAFETY: the write races no read, and `task` outlives every use (above).
             unsafe {
                 *s.job.get() = Job {
                     task: Some(core::mem::transmute::<
@@ -782,9 +784,10 @@ fn worker(s: &Shared) {
         // `work` calls this only after a successful claim of a task of tag `seen`, which
         // proves the caller is inside `run` waiting for that task (see `Shared`).
         let task = |r: Range<usize>| {
-            // SAFETY: reached only through a successful claim of tag `seen`: the caller
-            // wrote `job` before it published the tag, and writes it again only after this
-            // claim's tasks are counted done.
+            // Reached only through a successful claim of tag `seen`: the caller wrote `job`
+            // before it published the tag, and writes it again only after this claim's
+            // tasks are counted done.
+            // SAFETY: the read is ordered between those two writes (above).
             let job = unsafe { *s.job.get() };
             if let Some(f) = job.task {
                 f(job.start + r.start..job.start + r.end);
