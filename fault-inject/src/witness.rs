@@ -12,7 +12,7 @@
 //!   free fill;
 //! * records the serial of the owner the library captured, read through the very table the
 //!   library copied ([`record_capture`]);
-//! * checks, in every table callback and before the callback touches anything else, that
+//! * checks, in every table callback and before the callback uses anything of the owner, that
 //!   the context still holds a live witness with the captured serial ([`check`]).
 //!
 //! The three ways an owner can be betrayed are three distinct findings: a second owner
@@ -121,6 +121,10 @@ impl Drop for Witness {
             core::ptr::addr_of_mut!(self.canary).write_volatile(fill);
             core::ptr::addr_of_mut!(self.serial).write_volatile(fill);
         }
+        // The owner's memory is freed (and filled) after this drop: no store of that may be
+        // moved before these, so a reader that saw the fill anywhere in the owner finds the
+        // witness dead when it reads it next (see the controls' `copy_then_judge`).
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 }
 
