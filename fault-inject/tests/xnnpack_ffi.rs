@@ -486,7 +486,7 @@ fn xnnpack_through_ffi() {
         println!("{scenario}: {KEEPALLOC_RUNS} of {KEEPALLOC_RUNS} fresh processes passed");
     }
 
-    let (mut by_library, mut by_bookkeeping, mut missed) = (0, 0, 0);
+    let (mut by_library, mut by_bookkeeping, mut missed, mut inconclusive) = (0, 0, 0, 0);
     for run in 0..RACY_RUNS {
         let out = run_child("racy");
         match out.status.code() {
@@ -503,20 +503,26 @@ fn xnnpack_through_ffi() {
             Some(TEST_FAILED) if bookkeeping_owners(&out).is_some_and(|n| n > 1) => {
                 by_bookkeeping += 1
             }
-            _ => panic!(
-                "racy control, run {run}: an unexpected failure: {}",
-                describe(&out)
-            ),
+            // Any other end (a signal, another panic, another exit code) is not the
+            // control's signature: inconclusive, never a catch, and it counts against the
+            // 95% below like a miss. Printed whole, so a new way of failing is seen.
+            _ => {
+                inconclusive += 1;
+                println!(
+                    "racy control, run {run}: inconclusive (not its signature): {}",
+                    describe(&out)
+                );
+            }
         }
     }
     println!(
         "racy control: {RACY_RUNS} fresh processes; XNNPACK used a freed owner (USE_AFTER_FREE) \
          in {by_library}, two owners but XNNPACK kept the live one in {by_bookkeeping}, \
-         not caught in {missed}"
+         not caught in {missed}, inconclusive in {inconclusive}"
     );
     assert!(
-        missed * 20 <= RACY_RUNS,
-        "the racy control was caught in fewer than 95% of runs"
+        (missed + inconclusive) * 20 <= RACY_RUNS,
+        "the racy control was caught by its signature in fewer than 95% of runs"
     );
     assert!(
         by_library > 0,
