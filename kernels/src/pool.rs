@@ -781,12 +781,24 @@ fn worker(s: &Shared) {
         if !s.take_seat(seen) {
             continue;
         }
+        // `--cfg keepalloc_pool_mutant="job_before_claim"` (never a default build; `cargo
+        // xtask tsan` builds it): the worker reads the job as soon as it has seen the new
+        // tag, before it claims anything. Then a worker that ends up claiming nothing (the
+        // caller took every task) has read the slot with no `done` count after the read, and
+        // the caller's write of the next job races with it: the broken variant the
+        // ThreadSanitizer row of the slot must catch. x86 and these tests never show it.
+        #[cfg(keepalloc_pool_mutant = "job_before_claim")]
+        // SAFETY: NOT sound, on purpose: the read the job slot's protocol forbids.
+        let early = unsafe { *s.job.get() };
         // `work` calls this only after a successful claim of a task of tag `seen`, which
         // proves the caller is inside `run` waiting for that task (see `Shared`).
         let task = |r: Range<usize>| {
+            #[cfg(keepalloc_pool_mutant = "job_before_claim")]
+            let job = early;
             // Reached only through a successful claim of tag `seen`: the caller wrote `job`
             // before it published the tag, and writes it again only after this claim's
             // tasks are counted done.
+            #[cfg(not(keepalloc_pool_mutant = "job_before_claim"))]
             // SAFETY: the read is ordered between those two writes (above).
             let job = unsafe { *s.job.get() };
             if let Some(f) = job.task {

@@ -120,6 +120,42 @@ fn what_tasks_write_is_the_callers_after_run() {
     drop(out);
 }
 
+/// A worker that finds nothing to claim must leave the job slot alone: no `done` count
+/// orders anything it did before the caller's write of the next job. Each job of two tiny
+/// tasks is published after the pool was idle far longer than a worker spins (1 ms), so the
+/// worker is asleep, and the caller has run both tasks before the woken worker looks (it
+/// then finds the job drained and claims nothing). Natively this checks that every task ran
+/// once; its witness for the slot is ThreadSanitizer: `cargo xtask tsan` runs it on our
+/// pool, where it must be clean, and on the broken variant (`--cfg
+/// keepalloc_pool_mutant="job_before_claim"`, a worker that reads the slot as soon as it sees
+/// a job), where ThreadSanitizer must report `run`'s write of the slot racing with
+/// `worker`'s read.
+#[test]
+fn a_worker_that_claims_nothing_leaves_the_job_alone() {
+    let _bound = watchdog("a_worker_that_claims_nothing_leaves_the_job_alone");
+    let pool = ThreadPool::with_table(&TABLE, 2).unwrap();
+    let caller = std::thread::current().id();
+    let mut caller_took_both = 0;
+    for job in 0..30 {
+        std::thread::sleep(Duration::from_millis(3));
+        let ran = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        let elsewhere = AtomicUsize::new(0);
+        pool.run(2, &|i| {
+            if std::thread::current().id() != caller {
+                elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+            ran[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(ran.map(AtomicUsize::into_inner), [1, 1], "job {job}");
+        caller_took_both += usize::from(elsewhere.into_inner() == 0);
+    }
+    // Otherwise no job had a worker that claimed nothing, and the test checked nothing.
+    assert!(
+        caller_took_both > 0,
+        "the worker took a task in each of 30 jobs"
+    );
+}
+
 /// Runs `tasks` tasks through `run_ranges`: how often each index was delivered, and the
 /// longest range (every range is checked to be non-empty and inside the job).
 fn range_counts(pool: &dyn Parallel, tasks: usize) -> (Vec<usize>, usize) {
