@@ -93,9 +93,10 @@ fn nightly_available() -> Result<String, String> {
 const MIRI_HELP: &str = "\
 usage: cargo xtask miri [--full] [--require] [args for `cargo miri test`]
 
-Runs keepalloc-allocators' and keepalloc-provider's tests under Miri (nightly, components
-miri and rust-src: `rustup component add miri rust-src --toolchain nightly`), with
-MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS is set. Target dir: target/miri.
+Runs keepalloc-allocators' and keepalloc-provider's tests, then two of the kernels
+pool's, under Miri (nightly, components miri and rust-src: `rustup component add miri
+rust-src --toolchain nightly`), with MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS
+is set. Target dir: target/miri.
 
 By default (and in CI) it runs a stated subset: every test of both packages (lib,
 integration tests, doc tests) except these three, which together take over 20 minutes
@@ -110,6 +111,14 @@ under Miri on 2 cores:
     `cargo test`)
 The subset takes about 5 minutes on a busy 2-core machine from a clean target dir (build
 and `cargo miri setup` included); everything took 22 minutes.
+
+Then, with or without --full, the kernels pool: its tests
+what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_next_job
+under Miri's data-race detector (the other pool tests are too slow under Miri or reach
+inline assembly), and the same two built as the pool's done_relaxed mutant (a worker
+counts its finished tasks with a relaxed add). The pool must pass; the mutant must fail
+with Miri's data race between a pool worker and the test's thread in kernels/src/pool.rs.
+A mutant that passes, or fails any other way (inconclusive), fails the command.
 
   --full      run everything, the three above included
   --require   fail instead of printing `skipped` when nightly, miri or rust-src is
@@ -191,7 +200,215 @@ pub fn miri(args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let result = util::run(&mut cmd);
     eprintln!("miri: took {:.0} s", started.elapsed().as_secs_f64());
-    result
+    result?;
+    miri_pool()
+}
+
+/// The kernels pool's tests that run under Miri: the one whose tasks write what the caller
+/// reads after `run`, the one that hands a sleeping worker its next job, and the one whose
+/// worker finds nothing to claim. The others do not fit:
+/// `ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs` ran past 12 minutes,
+/// and the operator tests reach inline assembly, which Miri cannot run.
+const MIRI_POOL_TESTS: [&str; 3] = [
+    POOL_WITNESS_TEST,
+    "a_sleeping_worker_is_woken_by_the_next_job",
+    POOL_SLOT_WITNESS_TEST,
+];
+
+/// The pool's mutants under Miri, each with the test that must fail with its data race.
+const MIRI_POOL_MUTANTS: [(&str, &str); 2] = [
+    ("done_relaxed", POOL_WITNESS_TEST),
+    ("job_before_claim", POOL_SLOT_WITNESS_TEST),
+];
+
+/// The line of the `job_before_claim` mutant's early read of the job slot, as it stands in
+/// `kernels/src/pool.rs`.
+const SLOT_EARLY_READ: &str = "let early = unsafe { *s.job.get() };";
+
+/// `cargo miri test` of `tests` in the pool's test file, as the pool is or as `mutant`.
+fn miri_pool_command(mutant: Option<&str>, tests: &[&str]) -> Command {
+    let mut cmd = nightly_cargo();
+    cmd.args(["miri", "test", "-p", "keepalloc-kernels", "--test", "pool"]);
+    if let Some(mutant) = mutant {
+        // The `dev` profile is the one `cargo miri test` builds with.
+        cmd.args(["-Zprofile-rustflags", "--config"])
+            .arg(pool_mutant_config("dev", mutant));
+    }
+    cmd.arg("--")
+        .args(tests)
+        .args(["--exact", "--test-threads", "1"]);
+    let flags = std::env::var("MIRIFLAGS").unwrap_or_else(|_| "-Zmiri-disable-isolation".into());
+    cmd.env("CARGO_TARGET_DIR", util::root().join("target").join("miri"))
+        // The tests' deadlock watchdog reads the real clock (isolation off), and Miri runs
+        // the pool thousands of times slower than the machine: the watchdog is moved out of
+        // the way. Forwarded explicitly too, for a MIRIFLAGS that keeps isolation on.
+        .env(
+            "MIRIFLAGS",
+            format!("{flags} -Zmiri-env-forward=KEEPALLOC_TEST_DEADLOCK_SECS"),
+        )
+        .env("KEEPALLOC_TEST_DEADLOCK_SECS", "100000")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// One access of a data race as Miri reports it.
+#[derive(Debug, PartialEq, Eq)]
+struct MiriAccess {
+    /// "non-atomic read", "retag read", "deallocation", ...
+    what: String,
+    /// The thread's name (truncated to 15 bytes) or `unnamed-N`.
+    thread: String,
+    /// `file:line` of the access, if Miri gave it.
+    at: Option<String>,
+}
+
+/// The first data race Miri reports in `stderr`: access (1), the earlier one, and (2).
+fn parse_miri_race(stderr: &str) -> Option<(MiriAccess, MiriAccess)> {
+    const HEADER: &str = "Undefined Behavior: Data race detected between (1) ";
+    let lines: Vec<&str> = stderr.lines().collect();
+    let h = lines.iter().position(|l| l.contains(HEADER))?;
+    // "(1) WHAT on thread `T1` and (2) WHAT on thread `T2` at allocN"
+    let rest = &lines[h][lines[h].find(HEADER)? + HEADER.len()..];
+    let access = |text: &str| -> Option<(String, String)> {
+        let (what, thread) = text.split_once(" on thread `")?;
+        Some((what.to_string(), thread.split('`').next()?.to_string()))
+    };
+    let (first, second) = rest.split_once("` and (2) ")?;
+    let (what1, thread1) = access(&format!("{first}`"))?;
+    let (what2, thread2) = access(second)?;
+    // `file:line` of a ` --> file:line:col` line.
+    let place = |line: &str| {
+        let path = line.trim().strip_prefix("--> ")?;
+        let mut parts = path.rsplitn(3, ':');
+        let _col = parts.next()?;
+        let line = parts.next()?;
+        Some(format!("{}:{line}", parts.next()?))
+    };
+    // (2)'s place is the first after the header; (1)'s follows "and (1) occurred earlier".
+    let at2 = lines[h + 1..].iter().find_map(|l| place(l));
+    let earlier = lines[h..]
+        .iter()
+        .position(|l| l.contains("(1) occurred earlier here"))
+        .map(|i| h + i);
+    let at1 = earlier.and_then(|e| lines.get(e + 1).and_then(|l| place(l)));
+    Some((
+        MiriAccess {
+            what: what1,
+            thread: thread1,
+            at: at1,
+        },
+        MiriAccess {
+            what: what2,
+            thread: thread2,
+            at: at2,
+        },
+    ))
+}
+
+/// Whether Miri's report in `stderr` is the pool mutant `mutant`'s own bug, found with the
+/// test `test`; `early_read` is the `file:line` of the `job_before_claim` mutant's read.
+///
+/// Both mutants leave something a worker did during a job unordered before the caller's
+/// return from `run`, and the first race Miri meets is the same shape: (1) an access on a
+/// pool worker (Miri names them `unnamed-N`) in the pool, racing with (2) the deallocation
+/// of `run`'s frame on the test's own thread, in the pool. For `done_relaxed` (1) is the
+/// worker's use of the task (the relaxed count of finished tasks orders nothing); for
+/// `job_before_claim` it must be the early read of the job slot itself.
+fn miri_pool_race(stderr: &str, mutant: &str, test: &str, early_read: &str) -> Option<String> {
+    let (first, second) = parse_miri_race(stderr)?;
+    let in_pool = |a: &MiriAccess| {
+        a.at.as_deref()
+            .is_some_and(|at| at.starts_with(POOL_SOURCE))
+    };
+    // Miri truncates a thread's name to 15 bytes, as Linux does.
+    let on_test = !second.thread.is_empty() && test.starts_with(&second.thread);
+    let shape = first.thread.starts_with("unnamed-")
+        && in_pool(&first)
+        && on_test
+        && second.what == "deallocation"
+        && in_pool(&second);
+    let own = match mutant {
+        "job_before_claim" => first.at.as_deref() == Some(early_read),
+        _ => first.at.as_deref() != Some(early_read),
+    };
+    (shape && own).then(|| {
+        format!(
+            "(1) {} on `{}` at {}, (2) {} on `{}` at {}",
+            first.what,
+            first.thread,
+            first.at.as_deref().unwrap_or("?"),
+            second.what,
+            second.thread,
+            second.at.as_deref().unwrap_or("?")
+        )
+    })
+}
+
+/// The `file:line` of the `job_before_claim` mutant's early read, found in the source.
+fn slot_early_read() -> Result<String, String> {
+    let path = util::root().join("kernels/src/pool.rs");
+    let source = std::fs::read_to_string(&path)
+        .map_err(|e| format!("miri: reading {}: {e}", path.display()))?;
+    let line = source
+        .lines()
+        .position(|l| l.trim() == SLOT_EARLY_READ)
+        .ok_or_else(|| format!("miri: kernels/src/pool.rs has no `{SLOT_EARLY_READ}`"))?;
+    Ok(format!("{POOL_SOURCE}{}", line + 1))
+}
+
+/// The pool under Miri: [`MIRI_POOL_TESTS`] pass as the pool is, and each of
+/// [`MIRI_POOL_MUTANTS`] fails its test with its own data race (any other failure is
+/// inconclusive and fails the command; so does a mutant that passes).
+fn miri_pool() -> Result<(), String> {
+    let early_read = slot_early_read()?;
+    let started = Instant::now();
+    eprintln!("miri: the kernels pool: {MIRI_POOL_TESTS:?}");
+    let out = miri_pool_command(None, &MIRI_POOL_TESTS)
+        .output()
+        .map_err(|e| format!("miri: could not run cargo miri for the pool: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = format!("test result: ok. {} passed", MIRI_POOL_TESTS.len());
+    if !out.status.success() || !stdout.contains(&expected) {
+        return Err(format!(
+            "miri: the kernels pool failed ({}; expected `{expected}`)\n--- stdout\n{stdout}--- stderr\n{stderr}",
+            out.status
+        ));
+    }
+    eprintln!(
+        "miri: the kernels pool: {expected} ({:.0} s)",
+        started.elapsed().as_secs_f64()
+    );
+    for (mutant, test) in MIRI_POOL_MUTANTS {
+        let started = Instant::now();
+        let out = miri_pool_command(Some(mutant), &[test])
+            .output()
+            .map_err(|e| format!("miri: could not run cargo miri for the {mutant} mutant: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return Err(format!(
+                "miri: the pool's {mutant} mutant was not caught: {test} passed\n--- stdout\n{stdout}"
+            ));
+        }
+        match miri_pool_race(&stderr, mutant, test, &early_read) {
+            Some(report) => eprintln!(
+                "miri: the pool's {mutant} mutant: {test} caught by its data race ({:.0} s): {report}",
+                started.elapsed().as_secs_f64()
+            ),
+            None => {
+                return Err(format!(
+                    "miri: the pool's {mutant} mutant failed {test} without its signature (a \
+                     data race between a pool worker's access and the deallocation of run's \
+                     frame on the test's thread, both in kernels/src/pool.rs; for \
+                     job_before_claim the worker's access at {early_read}): inconclusive \
+                     ({})\n--- stdout\n{stdout}--- stderr\n{stderr}",
+                    out.status
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The host target triple of the nightly toolchain.
@@ -309,21 +526,29 @@ ThreadSanitizer, with the nightly toolchain (`-Zsanitizer=thread -Zbuild-std --t
      relaxed add, so nothing orders its writes before the caller's reads; x86 passes
      every test anyway): what_tasks_write_is_the_callers_after_run, --runs times, must be
      reported every run with a data race between the task's store (task_writes) and the
-     caller's read after run (caller_reads).
+     caller's read after run (caller_reads);
+     the job slot's negative control, keepalloc-kernels built alone with --cfg
+     keepalloc_pool_mutant=\"job_before_claim\" (a worker reads the job slot as soon as
+     it sees a new job, before it claims a task):
+     a_worker_that_claims_nothing_leaves_the_job_alone, --runs times, must be reported
+     every run with a data race between run_ranges_with's write of the slot and worker's
+     read of it (kernels/src/pool.rs).
 
 A control run counts as reported only when a report shows its signature: for `racy`, an
-access in the controls' own code (fault-inject/src/controls/); for the pool mutant, the
-task_writes / caller_reads race in kernels/tests/pool.rs. A run that times out, or dies without a
-ThreadSanitizer report, or in which ThreadSanitizer itself fails, or a control run reported
-only elsewhere, is inconclusive and makes the command fail. Exit 0 only when
-everything that must be clean is clean and the control is reported in every run.
+access in the controls' own code (fault-inject/src/controls/); for the done_relaxed mutant,
+the task_writes / caller_reads race in kernels/tests/pool.rs; for the job_before_claim
+mutant, run_ranges_with's write racing with worker's read in kernels/src/pool.rs. A run
+that times out, or dies without a ThreadSanitizer report, or in which ThreadSanitizer
+itself fails, or a control run reported only elsewhere, is inconclusive and makes the
+command fail. Exit 0 only when
+everything that must be clean is clean and every control is reported in every run.
 TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appended), and
 KEEPALLOC_TEST_DEADLOCK_SECS half of --timeout (the pool tests' watchdog: a hung test is
 named on stderr and aborts, which is inconclusive too).
 Logs of every run that was not clean: target/tsan/logs/.
 
 options:
-  --runs N          fresh processes per harness row and of the pool mutant (default 20)
+  --runs N          fresh processes per harness row and of each pool mutant (default 20)
   --test-runs N     runs of each provider and kernels test binary (default 3)
   --seed N          base seed of the harness runs; run i uses N+i (default: from the clock)
   --timeout SECS    a process that takes longer is killed: inconclusive (default 300)
@@ -539,6 +764,11 @@ enum Signature {
     /// (`caller_reads`), both in [`POOL_TEST`]: the tasks' results not published to the
     /// caller.
     PoolResultsUnpublished,
+    /// The kernels pool's `job_before_claim` mutant: a data race between the caller's write
+    /// of the job slot in `run_ranges_with` and a worker's read of it in `worker`, both in the pool
+    /// (`kernels/src/pool.rs`): a worker that read the slot before claiming, and then
+    /// claimed nothing, is not ordered before the caller's next job.
+    PoolSlotReadBeforeClaim,
 }
 
 impl Signature {
@@ -555,6 +785,24 @@ impl Signature {
                 };
                 report.kind == "data race" && has("task_writes") && has("caller_reads")
             }
+            Signature::PoolSlotReadBeforeClaim => {
+                // A plain access of that kind ("Write", "Previous read"; the header goes on
+                // "of size 8 at ... by thread T1").
+                let has = |access: &str, name: &str| {
+                    report.accesses.iter().any(|(header, frame)| {
+                        let kind = header.split(" of size").next().unwrap_or("");
+                        let kind = kind.to_ascii_lowercase();
+                        kind.ends_with(access)
+                            && !kind.contains("atomic")
+                            && frame.as_deref().is_some_and(|f| {
+                                f.starts_with(POOL_SOURCE) && f.ends_with(&format!(" ({name})"))
+                            })
+                    })
+                };
+                report.kind == "data race"
+                    && has("write", "run_ranges_with")
+                    && has("read", "worker")
+            }
         }
     }
 
@@ -565,6 +813,10 @@ impl Signature {
             Signature::PoolResultsUnpublished => {
                 "the pool's done_relaxed mutant reported as task_writes racing with caller_reads"
             }
+            Signature::PoolSlotReadBeforeClaim => {
+                "the pool's job_before_claim mutant reported as run_ranges_with's write of the \
+                 job slot racing with worker's read"
+            }
         }
     }
 }
@@ -573,13 +825,24 @@ impl Signature {
 /// pool's signature (its `task_writes` and `caller_reads`).
 const POOL_TEST: &str = "kernels/tests/pool.rs:";
 
+/// The pool's own source, where the `job_before_claim` mutant's race is.
+const POOL_SOURCE: &str = "kernels/src/pool.rs:";
+
 /// The pool test that the `done_relaxed` mutant must fail under ThreadSanitizer.
 const POOL_WITNESS_TEST: &str = "what_tasks_write_is_the_callers_after_run";
 
+/// The pool test that the `job_before_claim` mutant must fail under ThreadSanitizer.
+const POOL_SLOT_WITNESS_TEST: &str = "a_worker_that_claims_nothing_leaves_the_job_alone";
+
 /// Cargo `--config` (with `-Zprofile-rustflags`) that builds keepalloc-kernels alone as the
-/// pool's `done_relaxed` mutant: the standard library and every other crate keep the
-/// ThreadSanitizer build they already have, and the mutant's artifacts get their own hashes.
-const POOL_MUTANT_CONFIG: &str = r#"profile.release.package.keepalloc-kernels.rustflags=["--cfg", "keepalloc_pool_mutant=\"done_relaxed\""]"#;
+/// pool mutant `mutant` (`done_relaxed`, `job_before_claim`) in `profile`: the standard
+/// library and every other crate keep the build they already have, and the mutant's
+/// artifacts get their own hashes.
+fn pool_mutant_config(profile: &str, mutant: &str) -> String {
+    format!(
+        r#"profile.{profile}.package.keepalloc-kernels.rustflags=["--cfg", "keepalloc_pool_mutant=\"{mutant}\""]"#
+    )
+}
 
 /// What one row must show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -905,7 +1168,7 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
     };
     eprintln!(
         "tsan: building keepalloc-provider's tests, keepalloc-kernels' pool tests (as they are \
-         and as the done_relaxed mutant) and keepalloc-harness (-Zsanitizer=thread \
+         and as the done_relaxed and job_before_claim mutants) and keepalloc-harness (-Zsanitizer=thread \
          -Zbuild-std --target {host})"
     );
     let build_started = Instant::now();
@@ -935,27 +1198,38 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
         "--message-format=json-render-diagnostics",
     ]))
     .map_err(cannot_build)?;
-    let pool_mutant = test_executables(tsan_cargo(&[
-        "test",
-        "--release",
-        "-p",
-        "keepalloc-kernels",
-        "--test",
-        "pool",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-        "-Zprofile-rustflags",
-        "--config",
-        POOL_MUTANT_CONFIG,
-    ]))
-    .map_err(cannot_build)?
-    .into_iter()
-    .find(|(name, _)| name == "pool")
-    .map(|(_, exe)| exe)
-    .ok_or_else(|| cannot_build("the done_relaxed build made no `pool` test".into()))?;
-    if kernels.iter().any(|(_, exe)| *exe == pool_mutant) {
+    let pool_mutant_build = |mutant: &str| -> Result<PathBuf, String> {
+        let config = pool_mutant_config("release", mutant);
+        let exe = test_executables(tsan_cargo(&[
+            "test",
+            "--release",
+            "-p",
+            "keepalloc-kernels",
+            "--test",
+            "pool",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+            "-Zprofile-rustflags",
+            "--config",
+            &config,
+        ]))
+        .map_err(cannot_build)?
+        .into_iter()
+        .find(|(name, _)| name == "pool")
+        .map(|(_, exe)| exe)
+        .ok_or_else(|| cannot_build(format!("the {mutant} build made no `pool` test")))?;
+        if kernels.iter().any(|(_, clean)| *clean == exe) {
+            return Err(cannot_build(format!(
+                "the {mutant} mutant and the pool tests share one executable"
+            )));
+        }
+        Ok(exe)
+    };
+    let pool_mutant = pool_mutant_build("done_relaxed")?;
+    let slot_mutant = pool_mutant_build("job_before_claim")?;
+    if slot_mutant == pool_mutant {
         return Err(cannot_build(
-            "the done_relaxed mutant and the pool tests share one executable".into(),
+            "the two pool mutants share one executable".into(),
         ));
     }
     let harness = fault_test::executable_from(
@@ -1037,6 +1311,17 @@ pub fn tsan(args: &[String]) -> Result<(), String> {
         expect: Expect::Reported(Signature::PoolResultsUnpublished),
         program: pool_mutant,
         args: vec!["--exact".into(), POOL_WITNESS_TEST.into()],
+        cwd: root.join("kernels"),
+        runs: options.runs,
+        seeded: false,
+        outcomes: Vec::new(),
+        elapsed: Duration::ZERO,
+    });
+    rows.push(Row {
+        what: format!("kernels pool, job_before_claim mutant: {POOL_SLOT_WITNESS_TEST}"),
+        expect: Expect::Reported(Signature::PoolSlotReadBeforeClaim),
+        program: slot_mutant,
+        args: vec!["--exact".into(), POOL_SLOT_WITNESS_TEST.into()],
         cwd: root.join("kernels"),
         runs: options.runs,
         seeded: false,
@@ -1344,7 +1629,113 @@ SUMMARY: ThreadSanitizer: data race x
         assert!(!Signature::PoolResultsUnpublished.matches(&racy[0]));
         assert!(!Signature::RacyControl.matches(&reports[0]));
         // The mutant's config quotes the cfg value for TOML.
-        assert!(POOL_MUTANT_CONFIG.contains(r#""keepalloc_pool_mutant=\"done_relaxed\"""#));
+        assert!(
+            pool_mutant_config("release", "done_relaxed")
+                .contains(r#""keepalloc_pool_mutant=\"done_relaxed\"""#)
+        );
+    }
+
+    /// Condensed from a real report of the pool's job_before_claim mutant.
+    const SLOT_RACE: &str = "\
+WARNING: ThreadSanitizer: data race (pid=10507)
+  Write of size 8 at 0x72440000a148 by thread T1:
+    #0 <keepalloc_kernels::pool::ThreadPool>::run_ranges_with /w/kernels/src/pool.rs:607:17 (pool+0x1)
+    #1 <keepalloc_kernels::pool::ThreadPool as keepalloc_kernels::pool::Parallel>::run_ranges /w/kernels/src/pool.rs:570:14 (pool+0x2)
+    #3 pool::a_worker_that_claims_nothing_leaves_the_job_alone /w/kernels/tests/pool.rs:143:14 (pool+0x3)
+  Previous read of size 8 at 0x72440000a148 by thread T3:
+    #0 __tsan_memcpy /rustc/llvm/compiler-rt/lib/tsan/rtl/tsan_interceptors_memintrinsics.cpp:27:3 (pool+0x4)
+    #1 keepalloc_kernels::pool::worker /w/kernels/src/pool.rs:792:30 (pool+0x5)
+    #2 keepalloc_kernels::pool::worker_main /w/kernels/src/pool.rs:834:5 (pool+0x5)
+SUMMARY: ThreadSanitizer: data race x
+==================
+";
+
+    #[test]
+    fn the_slot_mutants_signature_is_run_ranges_with_writing_what_worker_read() {
+        let reports = parse_reports(SLOT_RACE, "/w");
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            reports[0].accesses[1].1.as_deref(),
+            Some("kernels/src/pool.rs:792 (worker)")
+        );
+        assert!(Signature::PoolSlotReadBeforeClaim.matches(&reports[0]));
+        // Not the other controls' signatures, and theirs are not this one.
+        assert!(!Signature::PoolResultsUnpublished.matches(&reports[0]));
+        assert!(!Signature::RacyControl.matches(&reports[0]));
+        let pool = parse_reports(POOL_RACE, "/w");
+        assert!(!Signature::PoolSlotReadBeforeClaim.matches(&pool[0]));
+        let racy = parse_reports(RACE, "/w");
+        assert!(!Signature::PoolSlotReadBeforeClaim.matches(&racy[0]));
+        // The accesses the wrong way round (the worker writing, the caller reading) are not
+        // the slot's race.
+        let swapped = SLOT_RACE
+            .replace("  Write of size", "  Read of size")
+            .replace("Previous read", "Previous write");
+        assert!(!Signature::PoolSlotReadBeforeClaim.matches(&parse_reports(&swapped, "/w")[0]));
+        assert!(
+            pool_mutant_config("dev", "job_before_claim")
+                .starts_with(r#"profile.dev.package.keepalloc-kernels.rustflags=["#)
+        );
+    }
+
+    /// Miri's reports of the two pool mutants, from real runs (the notes cut short).
+    const MIRI_DONE_RELAXED: &str = "\
+test what_tasks_write_is_the_callers_after_run ... error: Undefined Behavior: Data race detected between (1) non-atomic read on thread `unnamed-3` and (2) deallocation on thread `what_tasks_writ` at alloc46879
+ --> kernels/src/pool.rs:566:10
+  |
+  = note: (2) just happened here
+help: and (1) occurred earlier here
+ --> kernels/src/pool.rs:564:16
+  = help: this indicates a bug in the program: it performed an invalid operation, and caused Undefined Behavior
+  = note: this is on thread `what_tasks_writ`
+";
+    const MIRI_SLOT: &str = "\
+test a_worker_that_claims_nothing_leaves_the_job_alone ... error: Undefined Behavior: Data race detected between (1) retag read on thread `unnamed-3` and (2) deallocation on thread `a_worker_that_c` at alloc46757
+ --> kernels/src/pool.rs:566:10
+  |
+  = note: (2) just happened here
+help: and (1) occurred earlier here
+ --> kernels/src/pool.rs:792:29
+  = help: retags occur on all (re)borrows and as well as when references are copied or moved
+  = note: this is on thread `a_worker_that_c`
+";
+
+    #[test]
+    fn miri_races_parse_and_each_pool_mutant_is_judged_by_its_own() {
+        let (first, second) = parse_miri_race(MIRI_SLOT).unwrap();
+        assert_eq!(
+            first,
+            MiriAccess {
+                what: "retag read".into(),
+                thread: "unnamed-3".into(),
+                at: Some("kernels/src/pool.rs:792".into()),
+            }
+        );
+        assert_eq!(
+            second,
+            MiriAccess {
+                what: "deallocation".into(),
+                thread: "a_worker_that_c".into(),
+                at: Some("kernels/src/pool.rs:566".into()),
+            }
+        );
+        let early = "kernels/src/pool.rs:792";
+        let slot = ("job_before_claim", POOL_SLOT_WITNESS_TEST);
+        let done = ("done_relaxed", POOL_WITNESS_TEST);
+        assert!(miri_pool_race(MIRI_SLOT, slot.0, slot.1, early).is_some());
+        assert!(miri_pool_race(MIRI_DONE_RELAXED, done.0, done.1, early).is_some());
+        // The slot mutant's race elsewhere than at its read is not its signature, nor is the
+        // done_relaxed race at the slot's read, nor a race on another test's thread.
+        assert!(miri_pool_race(MIRI_SLOT, slot.0, slot.1, "kernels/src/pool.rs:791").is_none());
+        assert!(miri_pool_race(MIRI_DONE_RELAXED, slot.0, slot.1, early).is_none());
+        assert!(miri_pool_race(MIRI_SLOT, done.0, done.1, early).is_none());
+        assert!(miri_pool_race(MIRI_DONE_RELAXED, done.0, slot.1, early).is_none());
+        // Nothing but a data race counts.
+        let other = MIRI_SLOT.replace("Data race detected", "Memory leak detected");
+        assert!(miri_pool_race(&other, slot.0, slot.1, early).is_none());
+        // The real source has the slot mutant's read, once.
+        let read = slot_early_read().unwrap();
+        assert!(read.starts_with(POOL_SOURCE), "{read}");
     }
 
     #[test]
