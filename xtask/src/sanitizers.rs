@@ -221,9 +221,9 @@ const MIRI_POOL_MUTANTS: [(&str, &str); 2] = [
     ("job_before_claim", POOL_SLOT_WITNESS_TEST),
 ];
 
-/// The line of the `job_before_claim` mutant's early read of the job slot, as it stands in
-/// `kernels/src/pool.rs`.
-const SLOT_EARLY_READ: &str = "let early = unsafe { *s.job.get() };";
+/// How the `job_before_claim` mutant's early read of the job slot begins in
+/// `kernels/src/pool.rs` (the one line there that binds `early`).
+const SLOT_EARLY_READ: &str = "let early = ";
 
 /// `cargo miri test` of `tests` in the pool's test file, as the pool is or as `mutant`.
 fn miri_pool_command(mutant: Option<&str>, tests: &[&str]) -> Command {
@@ -349,11 +349,19 @@ fn slot_early_read() -> Result<String, String> {
     let path = util::root().join("kernels/src/pool.rs");
     let source = std::fs::read_to_string(&path)
         .map_err(|e| format!("miri: reading {}: {e}", path.display()))?;
-    let line = source
+    let lines: Vec<usize> = source
         .lines()
-        .position(|l| l.trim() == SLOT_EARLY_READ)
-        .ok_or_else(|| format!("miri: kernels/src/pool.rs has no `{SLOT_EARLY_READ}`"))?;
-    Ok(format!("{POOL_SOURCE}{}", line + 1))
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with(SLOT_EARLY_READ))
+        .map(|(i, _)| i + 1)
+        .collect();
+    match lines[..] {
+        [line] => Ok(format!("{POOL_SOURCE}{line}")),
+        _ => Err(format!(
+            "miri: kernels/src/pool.rs should have one line starting `{SLOT_EARLY_READ}`, has {}",
+            lines.len()
+        )),
+    }
 }
 
 /// The pool under Miri: [`MIRI_POOL_TESTS`] pass as the pool is, and each of
@@ -1735,7 +1743,10 @@ help: and (1) occurred earlier here
         assert!(miri_pool_race(&other, slot.0, slot.1, early).is_none());
         // The real source has the slot mutant's read, once.
         let read = slot_early_read().unwrap();
-        assert!(read.starts_with(POOL_SOURCE), "{read}");
+        let line: usize = read.strip_prefix(POOL_SOURCE).unwrap().parse().unwrap();
+        let source = std::fs::read_to_string(util::root().join("kernels/src/pool.rs")).unwrap();
+        let text = source.lines().nth(line - 1).unwrap();
+        assert!(text.contains("*s.job.get()"), "{read}: {text}");
     }
 
     #[test]
