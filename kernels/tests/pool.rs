@@ -61,9 +61,10 @@ fn every_task_runs_exactly_once() {
 /// Slots that tasks write with plain stores, one slot per task.
 struct Slots(*mut u64);
 
-// SAFETY: task `i` writes slot `i` only, and the caller reads the slots after `run` has
-// returned, so no two threads touch one slot at the same time (if the pool keeps its
-// contract, which is what the test below and its ThreadSanitizer row check).
+// Task `i` writes slot `i` only, and the caller reads the slots after `run` has returned
+// (if the pool keeps its contract, which is what the test below and its ThreadSanitizer
+// row check).
+// SAFETY: no two threads touch one slot at the same time (above).
 unsafe impl Sync for Slots {}
 
 /// Task `i`'s plain store of `value` into its slot; out of line, so that ThreadSanitizer
