@@ -18,7 +18,9 @@
 //! loop under callgrind, counting only the loop:
 //! `valgrind --tool=callgrind --toggle-collect='*run_n*' target/release/examples/table_overhead mimalloc table 64 100000`
 //! (backend `system|mimalloc`, mode `direct|table|direct64|table64`, size in bytes, and
-//! optionally the number of alloc + free pairs, 2,000,000 by default).
+//! optionally the number of alloc + free pairs, 2,000,000 by default). `-- --machine` adds a
+//! tab-separated line per ratio, for `cargo xtask alloc-bench`, which runs this binary in
+//! several link layouts (see there).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -102,7 +104,9 @@ fn one_n(backend: &str, mode: &str, size: usize, iterations: u32) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let machine = args.iter().any(|a| a == "--machine");
+    args.retain(|a| a != "--machine");
     if let [backend, mode, size, rest @ ..] = args.as_slice() {
         let size = size.parse().expect("size in bytes");
         let n = rest
@@ -118,6 +122,7 @@ fn main() {
         "backend   size     direct  table (ratio)   direct64  table64 (ratio)   [ns per alloc+free, median of {ROUNDS}; ratio: median of the rounds' ratios]"
     );
     let mut worst = 0f64;
+    let mut machine_lines = Vec::new();
     for backend in ["system", "mimalloc"] {
         for size in [64usize, 4096, 1 << 20] {
             // The four modes take turns round by round, so machine load and the heap's state
@@ -139,6 +144,14 @@ fn main() {
             let ratio =
                 |x: &[f64], d: &[f64]| median(x.iter().zip(d).map(|(x, d)| x / d).collect());
             let (r, r64) = (ratio(&runs[1], &runs[0]), ratio(&runs[3], &runs[2]));
+            if machine {
+                machine_lines.push(format!(
+                    "cell\ttable_overhead\t{backend}\t{size}\ttable\t{r:.4}"
+                ));
+                machine_lines.push(format!(
+                    "cell\ttable_overhead\t{backend}\t{size}\ttable64\t{r64:.4}"
+                ));
+            }
             let [d, t, d64, t64] = runs.map(median);
             worst = worst.max(r).max(r64);
             println!(
@@ -147,4 +160,7 @@ fn main() {
         }
     }
     println!("worst table/direct: {worst:.2}x");
+    for line in machine_lines {
+        println!("{line}");
+    }
 }
