@@ -3,6 +3,7 @@
 //! Every command calls cargo through `env!("CARGO")` so it uses the same toolchain that
 //! built it, and runs from the workspace root wherever it was invoked.
 
+mod alloc_bench;
 mod bench;
 mod c_adoption;
 mod ctest;
@@ -37,6 +38,8 @@ commands:
   tsan         provider tests and the fault harness under ThreadSanitizer (nightly +
                rust-src; else skipped; CI=true or --require: an error)
   bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
+  alloc-bench  table_overhead and contended (the C table over the backend called directly)
+               in several link layouts: each ratio's median over them (--layouts N)
   runtimes     download + unpack the pinned onnxruntime and executorch wheels (target/runtimes)
   mutants      cargo-mutants on the provider and the C table; >= 95% caught (cargo-mutants
                27.1.0; see `cargo xtask mutants --help`)
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     let result = match command.as_str() {
         "bench" => bench::run(&rest),
+        "alloc-bench" => alloc_bench::run(&rest),
         "fault-test" if rest.iter().any(|a| a == "--runtime") => ort_campaign::run(&rest),
         "fault-test" => fault_test::run(&rest),
         "miri" => sanitizers::miri(&rest),
