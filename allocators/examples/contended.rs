@@ -92,6 +92,29 @@ const ORDER: [[usize; COLUMNS]; COLUMNS] = {
     rows
 };
 
+// `ORDER` is a Williams design: every column once in every position, and every ordered pair
+// of columns adjacent in exactly one row.
+const _: () = {
+    let mut seen_at = [[false; COLUMNS]; COLUMNS];
+    let mut follows = [[false; COLUMNS]; COLUMNS];
+    let mut r = 0;
+    while r < COLUMNS {
+        let mut j = 0;
+        while j < COLUMNS {
+            let c = ORDER[r][j];
+            assert!(!seen_at[j][c], "a column twice in one position");
+            seen_at[j][c] = true;
+            if j + 1 < COLUMNS {
+                let next = ORDER[r][j + 1];
+                assert!(c != next && !follows[c][next], "a pair adjacent twice");
+                follows[c][next] = true;
+            }
+            j += 1;
+        }
+        r += 1;
+    }
+};
+
 static SYSTEM: System = System;
 static MIMALLOC: Mimalloc = Mimalloc;
 static SYSTEM_OWNER: Counting<System> = Counting::new(System);
