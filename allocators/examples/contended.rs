@@ -357,6 +357,10 @@ fn main() {
     args.retain(|a| a != "--machine");
     if let [backend, mode, threads, rest @ ..] = args.as_slice() {
         // One run, for callgrind or perf: `contended mimalloc uncounted 1 [placement]`.
+        assert!(
+            ["system", "mimalloc"].contains(&backend.as_str()),
+            "backend: system or mimalloc, not {backend:?}"
+        );
         let threads: usize = threads.parse().expect("threads");
         let p: usize = rest.first().map_or(0, |p| p.parse().expect("placement"));
         assert!(p < PLACEMENTS, "placements are 0 to {}", PLACEMENTS - 1);
