@@ -96,10 +96,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn one_n(backend: &str, mode: &str, size: usize, iterations: u32) -> f64 {
-    if backend == "mimalloc" {
-        run_n(&MIMALLOC, mode, size, iterations)
-    } else {
-        run_n(&SYSTEM, mode, size, iterations)
+    match backend {
+        "mimalloc" => run_n(&MIMALLOC, mode, size, iterations),
+        "system" => run_n(&SYSTEM, mode, size, iterations),
+        other => panic!("backend: system or mimalloc, not {other:?}"),
     }
 }
 

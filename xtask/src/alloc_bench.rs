@@ -39,7 +39,8 @@ use crate::util;
              highest"
 )]
 struct Options {
-    /// How many layouts: seeds SEED to SEED + N - 1 (odd: the median is one layout's).
+    /// How many layouts, at least 2: seeds SEED to SEED + N - 1 (odd: the median is one
+    /// layout's).
     #[arg(long, default_value_t = 5)]
     layouts: u64,
     /// The first layout's seed.
@@ -100,6 +101,21 @@ fn distinct_layouts(binaries: &[(u64, Vec<u8>)]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The seeds of `layouts` layouts from `first`: at least two (one layout would be a figure of
+/// one layout again, and could not show that the shuffle applied), none past `u64::MAX`.
+fn seeds(first: u64, layouts: u64) -> Result<Vec<u64>, String> {
+    if layouts < 2 {
+        return Err(format!(
+            "alloc-bench: --layouts {layouts}: at least 2 (a median over layouts needs two, and \
+             two binaries show that the shuffle applied)"
+        ));
+    }
+    let last = first.checked_add(layouts - 1).ok_or_else(|| {
+        format!("alloc-bench: --seed {first} with --layouts {layouts} runs past u64::MAX")
+    })?;
+    Ok((first..=last).collect())
 }
 
 /// The toolchain's `gcc-ld` directory, whose `ld.lld` runs rust-lld as the C compiler's
@@ -172,14 +188,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    if options.layouts == 0 {
-        return Err("alloc-bench: --layouts must be at least 1".into());
-    }
+    let seeds = seeds(options.seed, options.layouts)?;
     let examples: Vec<&str> = match options.example.as_str() {
         "both" => vec!["table_overhead", "contended"],
         one => vec![one],
     };
-    let seeds: Vec<u64> = (options.seed..options.seed + options.layouts).collect();
     let gcc_ld = gcc_ld_dir()?;
     let out = util::root().join("target/alloc-layouts");
     std::fs::create_dir_all(&out).map_err(|e| format!("alloc-bench: {}: {e}", out.display()))?;
@@ -305,6 +318,18 @@ mod tests {
         let [m, lo, hi] = summary(&[1.13, 1.10, 1.12, 0.60]);
         assert!((m - 1.11).abs() < 1e-12);
         assert_eq!((lo, hi), (0.60, 1.13));
+    }
+
+    #[test]
+    fn the_seeds_are_at_least_two_and_do_not_overflow() {
+        assert_eq!(seeds(1, 5).unwrap(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            seeds(u64::MAX - 1, 2).unwrap(),
+            vec![u64::MAX - 1, u64::MAX]
+        );
+        assert!(seeds(1, 1).unwrap_err().contains("at least 2"));
+        assert!(seeds(1, 0).unwrap_err().contains("at least 2"));
+        assert!(seeds(u64::MAX, 2).unwrap_err().contains("past u64::MAX"));
     }
 
     #[test]
