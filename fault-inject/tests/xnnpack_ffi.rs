@@ -1,7 +1,7 @@
 //! The real XNNPACK, called from Rust through FFI, on keepalloc's provider over fault-inject's
 //! [`Scribble`] backend — and on the `racy` negative control, which must be caught.
 //!
-//! The scenario of `provider/capi/examples/xnnpack_fc.c`, from Rust: 32 sessions released
+//! The scenario of `capi/examples/xnnpack_fc.c`, from Rust: 32 sessions released
 //! together acquire the process-wide allocator, whose init hook is `xnn_initialize(table)`;
 //! then XNNPACK creates, runs and deletes a fully-connected operator through the table it
 //! kept. Each scenario runs in a fresh child process (XNNPACK keeps its first allocator for

@@ -22,7 +22,7 @@
 //!
 //! It meets the consuming library (the `keepalloc-kernels` crate, XNNPACK, ...) only through
 //! [`AllocatorTable`](keepalloc_allocators::AllocatorTable); the C face is the `keepalloc`
-//! crate (`provider/capi`) with the header `provider/include/keepalloc.h`.
+//! crate (`capi`) with the header `capi/include/keepalloc.h`.
 //!
 //! ```
 //! use keepalloc_provider::Provider;

@@ -14,7 +14,7 @@
 //!   `xnn_delete_operator`'s.
 //!
 //! Driven from Rust through FFI (the C library's `keepalloc_acquire` is not yet wired to the
-//! run-time Scribble backend; see `provider/capi/src/scribble.rs`).
+//! run-time Scribble backend; see `capi/src/scribble.rs`).
 
 use core::alloc::Layout;
 use core::ffi::{c_char, c_int, c_void};

@@ -22,7 +22,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let root = util::root();
-    util::run(util::cargo().args(["build", "--release", "-p", "keepalloc"]))?;
+    util::run(util::cargo().args(["build", "--release", "-p", "keepalloc-capi"]))?;
     let out = root.join("target/c-adoption");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let exe = out.join("adoption");
@@ -31,11 +31,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Command::new(cc)
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"])
             .arg("-I")
-            .arg(root.join("provider/include"))
+            .arg(root.join("capi/include"))
             .arg("-I")
             .arg(root.join("runtimes/xnnpack/include"))
             .arg(root.join("runtimes/xnnpack/c/adoption.c"))
-            .arg(root.join("target/release/libkeepalloc.a"))
+            .arg(root.join("target/release/libkeepalloc_capi.a"))
             // libkeepalloc.a's C++ hook trampoline needs the C++ runtime.
             .args(["-lpthread", "-ldl", "-lm", "-lstdc++", "-o"])
             .arg(&exe),

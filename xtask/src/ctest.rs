@@ -1,8 +1,8 @@
 //! `cargo xtask c-test`: keepalloc from C and C++, against the release `libkeepalloc.a`.
 //!
-//! 1. `cargo build --release -p keepalloc` (the staticlib, `target/release/libkeepalloc.a`);
+//! 1. `cargo build --release -p keepalloc-capi` (the staticlib, `target/release/libkeepalloc_capi.a`);
 //! 2. `keepalloc.h` compiled alone as C99/C11/C17 and C++11/17/20, warnings as errors;
-//! 3. the foundation tests (`provider/capi/tests/c/*.c|*.cpp`), each in its own process;
+//! 3. the foundation tests (`capi/tests/c/*.c|*.cpp`), each in its own process;
 //! 4. the negative controls: broken `keepalloc.h` implementations the tests must catch, each
 //!    by the signature of its bug (the check it breaks, or its signal in its step); then the
 //!    bug-free baseline of each control file, which those tests must pass;
@@ -10,7 +10,7 @@
 //!    `-Wl,--wrap`: one library once for all names, no C++ trampoline, ...) and their
 //!    pass-through baseline;
 //! 5. `libkeepalloc.so`: the 32-thread test linked against the shared library instead;
-//! 6. the C++17 RAII example (`provider/capi/examples/raii_sessions.cpp`), two sessions on
+//! 6. the C++17 RAII example (`capi/examples/raii_sessions.cpp`), two sessions on
 //!    two threads, with XNNPACK when it is installed;
 //! 7. with XNNPACK installed (`/usr/include/xnnpack.h`, Debian's `libxnnpack-dev`): the layout
 //!    test against `struct xnn_allocator`, then the XNNPACK example in both modes, each run
@@ -24,9 +24,9 @@
 //!    then a missing XNNPACK is an error, so CI cannot skip them silently.
 //!
 //! The same foundation tests also run under `cargo test -p keepalloc`
-//! (`provider/capi/tests/c_tests.rs`); both share `provider/capi/tests/support/ctools.rs`.
+//! (`capi/tests/c_tests.rs`); both share `capi/tests/support/ctools.rs`.
 
-#[path = "../../provider/capi/tests/support/ctools.rs"]
+#[path = "../../capi/tests/support/ctools.rs"]
 mod ctools;
 
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ use crate::util;
 const HELP: &str = "\
 usage: cargo xtask c-test [--xnnpack-runs N]
 
-Builds target/release/libkeepalloc.a and runs keepalloc's C and C++ tests against it:
+Builds target/release/libkeepalloc_capi.a and runs keepalloc's C and C++ tests against it:
 the header in every C/C++ standard, the foundation C tests (one process each), the negative
 controls they must catch, the C++17 RAII example, and (when libxnnpack-dev is installed) the
 layout test and the XNNPACK example in both modes, N fresh processes each with MALLOC_PERTURB_,
@@ -102,16 +102,16 @@ fn target_dir() -> PathBuf {
 
 /// Builds the release staticlib and returns the shared context.
 fn prepare() -> Result<Ctx, String> {
-    println!("c-test: cargo build --release -p keepalloc");
-    util::run(util::cargo().args(["build", "--release", "-p", "keepalloc"]))?;
+    println!("c-test: cargo build --release -p keepalloc-capi");
+    util::run(util::cargo().args(["build", "--release", "-p", "keepalloc-capi"]))?;
     let target = target_dir();
-    let staticlib = target.join("release/libkeepalloc.a");
+    let staticlib = target.join("release/libkeepalloc_capi.a");
     if !staticlib.is_file() {
         return Err(format!("{} was not built", staticlib.display()));
     }
     Ok(Ctx {
         tc: Toolchain::from_env(),
-        dirs: Dirs::from_capi(&util::root().join("provider/capi")),
+        dirs: Dirs::from_capi(&util::root().join("capi")),
         staticlib,
         out: target.join("c-test"),
     })
@@ -184,7 +184,7 @@ fn shared_library(ctx: &Ctx) -> Result<(), String> {
         .staticlib
         .parent()
         .ok_or("the staticlib has no directory")?;
-    let shared = lib_dir.join("libkeepalloc.so");
+    let shared = lib_dir.join("libkeepalloc_capi.so");
     if !shared.is_file() {
         return Err(format!("{} was not built", shared.display()));
     }

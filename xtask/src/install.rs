@@ -92,7 +92,7 @@ fn build(crate_type: &str, features: Option<&str>, rustc_args: &[&str]) -> Resul
         "rustc",
         "--release",
         "-p",
-        "keepalloc",
+        "keepalloc-capi",
         "--lib",
         "--crate-type",
         crate_type,
@@ -153,16 +153,19 @@ fn install(prefix: &Path, features: Option<&str>) -> Result<Installed, String> {
     let built = util::root().join("target/install/release");
     let (include, lib) = (prefix.join("include"), prefix.join("lib"));
     copy(
-        &util::root().join("provider/include/keepalloc.h"),
+        &util::root().join("capi/include/keepalloc.h"),
         &include.join("keepalloc.h"),
     )?;
     let shared = lib.join(&soname);
-    copy(&built.join("libkeepalloc.so"), &shared)?;
+    copy(&built.join("libkeepalloc_capi.so"), &shared)?;
     let link = lib.join("libkeepalloc.so");
     let _ = fs::remove_file(&link);
     std::os::unix::fs::symlink(&soname, &link)
         .map_err(|e| format!("cannot link {}: {e}", link.display()))?;
-    copy(&built.join("libkeepalloc.a"), &lib.join("libkeepalloc.a"))?;
+    copy(
+        &built.join("libkeepalloc_capi.a"),
+        &lib.join("libkeepalloc.a"),
+    )?;
     let prefix_abs = fs::canonicalize(prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
     let pc = format!(
         "prefix={}\n\

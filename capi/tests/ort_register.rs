@@ -15,8 +15,8 @@ use core::ffi::c_char;
 use core::mem::MaybeUninit;
 use std::sync::Barrier;
 
-use keepalloc::ort::keepalloc_ort_register;
-use keepalloc::{KeepallocHookResult, KeepallocStats, KeepallocStatus, keepalloc_get_stats};
+use keepalloc_capi::ort::keepalloc_ort_register;
+use keepalloc_capi::{KeepallocHookResult, KeepallocStats, KeepallocStatus, keepalloc_get_stats};
 use keepalloc_onnxruntime::interpose::{refusing_registrations, register_calls};
 use keepalloc_onnxruntime::{
     Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, sample_inputs,

@@ -52,7 +52,7 @@ fn dirs() -> Dirs {
 fn staticlib() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let deps = exe.parent().expect("the test executable's directory");
-    let lib = deps.join("libkeepalloc.a");
+    let lib = deps.join("libkeepalloc_capi.a");
     assert!(
         lib.is_file(),
         "{} not found: cargo should have built the staticlib next to this test",

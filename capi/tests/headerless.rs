@@ -12,7 +12,7 @@
 
 use core::ffi::{CStr, c_void};
 
-use keepalloc::{KeepallocStats, KeepallocStatus, KeepallocTable, keepalloc_acquire};
+use keepalloc_capi::{KeepallocStats, KeepallocStatus, KeepallocTable, keepalloc_acquire};
 
 unsafe extern "C" {
     fn malloc(size: usize) -> *mut c_void;
@@ -23,14 +23,14 @@ unsafe extern "C" {
 fn stats() -> KeepallocStats {
     let mut s = KeepallocStats::default();
     // SAFETY: `s` is a writable `keepalloc_stats`.
-    unsafe { keepalloc::keepalloc_get_stats(&mut s) };
+    unsafe { keepalloc_capi::keepalloc_get_stats(&mut s) };
     s
 }
 
 #[test]
 fn the_default_c_table_hands_out_the_backends_own_blocks() {
     // SAFETY: the function returns a static NUL-terminated string.
-    let backend = unsafe { CStr::from_ptr(keepalloc::keepalloc_backend_name()) };
+    let backend = unsafe { CStr::from_ptr(keepalloc_capi::keepalloc_backend_name()) };
     if backend.to_bytes() != b"system" || !cfg!(all(target_os = "linux", target_env = "gnu")) {
         eprintln!("skipped: the witness is glibc's malloc_usable_size; backend {backend:?}");
         return;

@@ -14,8 +14,8 @@ use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::alloc::System;
 use std::sync::OnceLock;
 
-use keepalloc::ort::keepalloc_ort_register;
-use keepalloc::{KeepallocHookResult, KeepallocStatus};
+use keepalloc_capi::ort::keepalloc_ort_register;
+use keepalloc_capi::{KeepallocHookResult, KeepallocStatus};
 use keepalloc_onnxruntime::{Env, ORT_API_VERSION, OnnxRuntime, manifest};
 use ort_sys::{OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr};
 

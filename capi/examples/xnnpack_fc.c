@@ -18,7 +18,7 @@
  * Exit status 0 and "ok: ..." on success; a failed CHECK prints what and exits 1. Meant to be
  * run many times, each in a fresh process, with MALLOC_PERTURB_ set (cargo xtask c-test).
  *
- * Build: cc -std=c11 -I provider/include xnnpack_fc.c libkeepalloc.a -lXNNPACK -lpthreadpool
+ * Build: cc -std=c11 -I capi/include xnnpack_fc.c libkeepalloc.a -lXNNPACK -lpthreadpool
  *        -lpthread -ldl -lm
  */
 #define _POSIX_C_SOURCE 200809L

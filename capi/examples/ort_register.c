@@ -4,9 +4,9 @@
  * ONNX Runtime's header is not vendored here: this program uses the two entry points whose
  * place in the C API never changes, OrtGetApiBase's two-function struct and OrtApi's fourth
  * slot, CreateEnv (OrtApi starts CreateStatus, GetErrorCode, GetErrorMessage, CreateEnv in
- * every version; provider/capi/tests/abi.rs checks the slot against ort-sys' bindgen of
+ * every version; capi/tests/abi.rs checks the slot against ort-sys' bindgen of
  * ONNX Runtime's header). Sessions on the registered allocator are tested from Rust
- * (provider/capi/tests/ort_register.rs); this program shows a C caller can link and use the
+ * (capi/tests/ort_register.rs); this program shows a C caller can link and use the
  * entry point with its statuses. */
 #include <dlfcn.h>
 #include <stdint.h>

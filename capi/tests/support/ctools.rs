@@ -1,10 +1,10 @@
 //! Compiling and running keepalloc's C and C++ tests with the system compiler.
 //!
 //! Shared by two crates, which include this file by path: the integration test
-//! `provider/capi/tests/c_tests.rs` (`cargo test -p keepalloc`) and `cargo xtask c-test`.
+//! `capi/tests/c_tests.rs` (`cargo test -p keepalloc`) and `cargo xtask c-test`.
 //! Each uses a subset, hence the `dead_code` allowance.
 //!
-//! Every C test is one program in `provider/capi/tests/c/` (`*.c` or `*.cpp`, one `main`
+//! Every C test is one program in `capi/tests/c/` (`*.c` or `*.cpp`, one `main`
 //! each) and runs in its own process, because the provider it tests is process-wide. The
 //! negative controls in `tests/c/controls/` are deliberately broken implementations of
 //! `keepalloc.h`, linked instead of `libkeepalloc.a`; the tests named in [`CONTROLS`] must
@@ -471,35 +471,35 @@ impl Toolchain {
     }
 }
 
-/// Where things are: `provider/include` and `provider/capi`.
+/// Where things are: `capi/include` and `capi`.
 #[derive(Clone, Debug)]
 pub struct Dirs {
-    /// `provider/include` (keepalloc.h).
+    /// `capi/include` (keepalloc.h).
     pub include: PathBuf,
-    /// `provider/capi`.
+    /// `capi`.
     pub capi: PathBuf,
 }
 
 impl Dirs {
-    /// From the `provider/capi` directory.
+    /// From the `capi` directory.
     pub fn from_capi(capi: &Path) -> Self {
         Dirs {
-            include: capi.join("../include"),
+            include: capi.join("include"),
             capi: capi.to_path_buf(),
         }
     }
 
-    /// `provider/capi/tests/c`.
+    /// `capi/tests/c`.
     pub fn tests(&self) -> PathBuf {
         self.capi.join("tests/c")
     }
 
-    /// `provider/capi/tests/c/controls`.
+    /// `capi/tests/c/controls`.
     pub fn controls(&self) -> PathBuf {
         self.tests().join("controls")
     }
 
-    /// `provider/capi/examples`.
+    /// `capi/examples`.
     pub fn examples(&self) -> PathBuf {
         self.capi.join("examples")
     }

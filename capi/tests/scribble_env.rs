@@ -5,19 +5,19 @@
 //! `keepalloc_scribble_configure` wins over the environment and is refused once too late.
 //!
 //! These drive a provider built as the C library's will be once it is wired to
-//! `keepalloc::scribble` (`make_backend` = `wrap(base)`, and the settings checked before the
+//! `keepalloc_capi::scribble` (`make_backend` = `wrap(base)`, and the settings checked before the
 //! acquire), and use the table through its C function pointers.
 
 use std::ffi::CStr;
 use std::process::{Command, Output};
 
 use allocator_api2::alloc::AllocError;
-use keepalloc::KeepallocStatus;
-use keepalloc::scribble::{
+use keepalloc_allocators::DefaultBackend;
+use keepalloc_capi::KeepallocStatus;
+use keepalloc_capi::scribble::{
     Backend, check_settings, keepalloc_scribble_configure, keepalloc_scribble_enabled,
     keepalloc_scribble_error, wrap,
 };
-use keepalloc_allocators::DefaultBackend;
 use keepalloc_provider::GlobalProvider;
 
 fn make_backend() -> Result<Backend<DefaultBackend>, AllocError> {
@@ -50,7 +50,7 @@ fn describe(out: &Output) -> String {
 }
 
 /// What the first `keepalloc_acquire` does: check the setting, then acquire.
-fn acquire() -> Result<&'static keepalloc::KeepallocTable, KeepallocStatus> {
+fn acquire() -> Result<&'static keepalloc_capi::KeepallocTable, KeepallocStatus> {
     check_settings()?;
     PROVIDER
         .acquire()
@@ -59,7 +59,7 @@ fn acquire() -> Result<&'static keepalloc::KeepallocTable, KeepallocStatus> {
 }
 
 #[inline(never)]
-fn use_freed_block(table: &keepalloc::KeepallocTable) -> u8 {
+fn use_freed_block(table: &keepalloc_capi::KeepallocTable) -> u8 {
     let (allocate, deallocate) = (table.allocate().unwrap(), table.deallocate().unwrap());
     // SAFETY: the published table's functions with its own context; the block is freed once and then read: the bug under test.
     unsafe {

@@ -4,7 +4,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use keepalloc::{
+use keepalloc_capi::{
     KeepallocHookResult, KeepallocStatus, KeepallocTable, VERSION, VERSION_MAJOR, VERSION_MINOR,
     VERSION_PATCH, keepalloc_acquire_ex, keepalloc_version,
 };
@@ -24,7 +24,7 @@ fn header_define(header: &str, name: &str) -> u32 {
 
 #[test]
 fn header_version_macros_match_the_crate_version() {
-    let header = include_str!("../../include/keepalloc.h");
+    let header = include_str!("../include/keepalloc.h");
     let crate_version: Vec<u32> = env!("CARGO_PKG_VERSION")
         .split('.')
         .map(|p| p.parse().unwrap())
@@ -101,7 +101,7 @@ fn a_rust_panic_escaping_a_hook_is_init_failed_and_retryable() {
 
 #[test]
 fn header_ort_api_version_is_the_one_keepalloc_asks_for() {
-    let header = include_str!("../../include/keepalloc.h");
+    let header = include_str!("../include/keepalloc.h");
     assert_eq!(
         header_define(header, "KEEPALLOC_ORT_API_VERSION"),
         keepalloc_onnxruntime::ORT_API_VERSION

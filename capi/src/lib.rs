@@ -1,4 +1,4 @@
-//! The C ABI of keepalloc (`provider/include/keepalloc.h`, ABI version 1), for runtimes
+//! The C ABI of keepalloc (`capi/include/keepalloc.h`, ABI version 1), for runtimes
 //! written in C or C++.
 //!
 //! One process-wide owner ([`backend::C_PLAIN`] over the compile-time default backend, or

@@ -29,7 +29,7 @@
  * Both modes print "xnnpack_guarded <mode>: backend <name>, scribble <0|1>" first (flushed,
  * so it is there even when the process dies afterwards). A failed CHECK exits 1.
  *
- * Build: cc -std=c11 -I provider/include xnnpack_guarded.c libkeepalloc.a -lXNNPACK
+ * Build: cc -std=c11 -I capi/include xnnpack_guarded.c libkeepalloc.a -lXNNPACK
  *        -lpthreadpool -lpthread -ldl -lm
  */
 #define _POSIX_C_SOURCE 200809L
