@@ -194,6 +194,8 @@ pub(crate) fn status_of(e: &ProviderError) -> KeepallocStatus {
         ProviderError::Library(_) => KeepallocStatus::InvalidLibraryName,
         ProviderError::Reentered { .. } => KeepallocStatus::Reentered,
         ProviderError::OrphanedByFork { .. } => KeepallocStatus::ForkedDuringInit,
+        // A kind added to the provider after this C ABI: the attempt failed and may be retried.
+        _ => KeepallocStatus::InitFailed,
     }
 }
 

@@ -49,6 +49,7 @@ impl InitError {
 /// Why [`GlobalProvider::acquire`] failed. Either way nothing was published, an owner that
 /// was already constructed is kept, and the call can be retried.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderError {
     /// The backend could not be constructed (it could not reserve its first memory).
     #[error("could not construct the allocator owner: out of memory")]

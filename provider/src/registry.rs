@@ -20,6 +20,7 @@ pub const DEFAULT_LIBRARY: &str = "default";
 
 /// Why a library name was refused. Nothing was registered and no hook ran.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LibraryError {
     /// The name is empty.
     #[error("the library name is empty")]

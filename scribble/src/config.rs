@@ -313,6 +313,7 @@ fn parse_size(value: &str) -> Option<usize> {
 /// A `KEEPALLOC_SCRIBBLE` setting that could not be understood. Nothing is applied when a
 /// spec has an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// Two commas in a row, or a trailing comma.
     EmptyItem,

@@ -37,6 +37,7 @@ impl Access {
 
 /// What was wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ViolationKind {
     /// A block was freed twice (it was still in quarantine when freed again).
     DoubleFree,

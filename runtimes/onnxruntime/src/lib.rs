@@ -56,6 +56,7 @@ pub use session::{
 
 /// What can go wrong talking to ONNX Runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OrtError {
     /// No path was given and `$ORT_DYLIB_PATH` is not set.
     #[error("no ONNX Runtime library: pass a path or set ORT_DYLIB_PATH")]

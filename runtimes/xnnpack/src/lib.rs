@@ -32,6 +32,7 @@ pub use library::{
 
 /// What can go wrong loading or initializing XNNPACK.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum XnnpackError {
     /// The library could not be loaded.
     #[error("cannot load XNNPACK from {0}: {1}")]
