@@ -118,7 +118,7 @@ impl InitPlan {
     /// so its fate does not depend on which thread asked first.
     pub fn next_attempt(&self) -> AttemptPlan {
         let index = self.attempts.fetch_add(1, Relaxed);
-        ATTEMPTS_HERE.with(|n| n.set(n.get() + 1));
+        crate::witness::count_attempt_here();
         let mut rng = crate::seeds::stream(self.seed, index);
         let (point, mode) = if index < self.first_k {
             (self.point, self.mode)
@@ -146,24 +146,6 @@ impl InitPlan {
             failure: Some((point, mode)),
         }
     }
-}
-
-std::thread_local! {
-    /// Attempts this thread has run (init attempts decided here, and owner constructions
-    /// tried through [`crate::witness`]): how a scenario tells a caller that retried from one
-    /// that was refused without any attempt.
-    static ATTEMPTS_HERE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-}
-
-/// Attempts run on this thread so far (init attempts and owner constructions).
-pub fn attempts_here() -> u64 {
-    ATTEMPTS_HERE.with(core::cell::Cell::get)
-}
-
-/// Counts an attempt run on this thread that the init plan did not decide (an owner
-/// construction).
-pub(crate) fn count_attempt_here() {
-    ATTEMPTS_HERE.with(|n| n.set(n.get() + 1));
 }
 
 static HOOK_SUCCESSES: AtomicU64 = AtomicU64::new(0);

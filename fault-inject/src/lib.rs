@@ -54,13 +54,13 @@
 #![deny(missing_docs)]
 
 pub mod catalog;
+pub mod consumer;
 #[cfg(feature = "controls")]
 pub mod controls;
 pub mod delay;
 mod failing;
 pub mod init_plan;
-pub mod keepalloc;
-pub mod library;
+pub mod real_provider;
 pub mod report;
 pub mod scenario;
 mod scribble;
@@ -102,7 +102,7 @@ pub fn run_scenario(
     init_plan::install(scenario.init_plan(seed));
     witness::fail_first_builds(scenario.build_failures());
     match variant {
-        Variant::Keepalloc => run_on(&keepalloc::KEEPALLOC, scenario, threads, seed),
+        Variant::Keepalloc => run_on(&real_provider::KEEPALLOC, scenario, threads, seed),
         #[cfg(feature = "controls")]
         Variant::Racy => run_on(&controls::racy::RACY, scenario, threads, seed),
         #[cfg(feature = "controls")]

@@ -208,12 +208,23 @@ pub fn findings() -> Vec<Finding> {
         .clone()
 }
 
+/// What [`fatal`] prints before the finding, registered by a layer above this one (the
+/// controls' owner heaps, which remember a block's stacks) so this module imports none of it.
+static BEFORE_FATAL: OnceLock<fn(&Finding)> = OnceLock::new();
+
+/// Registers what [`fatal`] prints before a finding (the first registration wins).
+pub fn print_before_fatal(print: fn(&Finding)) {
+    let _ = BEFORE_FATAL.set(print);
+}
+
 /// Records `finding` and ends the run now: result line, exit with the finding's code.
 ///
 /// If another thread is already ending the run, this thread parks for good (the process is
 /// about to exit), so exactly one result line is printed.
 pub fn fatal(finding: Finding) -> ! {
-    crate::scribble::print_history(&finding);
+    if let Some(print) = BEFORE_FATAL.get() {
+        print(&finding);
+    }
     eprintln!("keepalloc-fault: {finding}{}", context());
     {
         let mut all = FINDINGS.lock().unwrap_or_else(PoisonError::into_inner);

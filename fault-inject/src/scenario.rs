@@ -26,10 +26,10 @@ use std::sync::Barrier;
 use keepalloc_allocators::System;
 use keepalloc_kernels::{AllocatorTable, KernelError};
 
+use crate::consumer::{self, PATH_ALLOCATIONS};
 use crate::delay::{Point, delay};
 use crate::failing::{AllocPlan, Failing};
 use crate::init_plan::{self, CapturePoint, FailMode, InitPlan, PlannedPanic};
-use crate::library::{self, PATH_ALLOCATIONS};
 use crate::report::{self, Finding};
 use crate::scribble::Scribble;
 use crate::violation::{Violation, ViolationKind};
@@ -395,7 +395,7 @@ enum Outcome {
 }
 
 fn try_acquire<S: Subject>(subject: &'static S, session: &S::Session) -> Outcome {
-    let before = init_plan::attempts_here();
+    let before = witness::attempts_here();
     let outcome = match catch_unwind(AssertUnwindSafe(|| subject.acquire(session))) {
         Ok(Ok(id)) => return Outcome::Got(id),
         Ok(Err(e)) => Outcome::Failed(e),
@@ -405,7 +405,7 @@ fn try_acquire<S: Subject>(subject: &'static S, session: &S::Session) -> Outcome
     // Every failure keepalloc (or any retry-safe once) returns comes from an attempt run on
     // the failing caller's own thread: an init the plan decided, or an owner construction.
     // A failure with none is a once that refused to try again.
-    if init_plan::attempts_here() == before {
+    if witness::attempts_here() == before {
         let what = match outcome {
             Outcome::Failed(e) => e,
             Outcome::Panicked(m) => format!("panicked: {m}"),
@@ -548,7 +548,7 @@ fn check_captured(id: &Identity) {
 }
 
 fn check_library() {
-    if let Err(e) = library::library_works() {
+    if let Err(e) = consumer::library_works() {
         report::record(Finding::invariant("library-broken", e));
     }
 }
@@ -837,7 +837,7 @@ fn check_clean_oom(
     failing.disarm();
     match result {
         Err(KernelError::OutOfMemory { .. }) if refused > 0 => {}
-        Ok(y) if !must_fail && library::close(&y, expected) => {}
+        Ok(y) if !must_fail && consumer::close(&y, expected) => {}
         Ok(_) if must_fail => record(Finding::invariant(
             "oom-ignored",
             format!("plan {plan}: {refused} refusals, yet the path succeeded"),
@@ -855,7 +855,7 @@ fn check_clean_oom(
         ));
     }
     match path() {
-        Ok(y) if library::close(&y, expected) => {}
+        Ok(y) if consumer::close(&y, expected) => {}
         other => record(Finding::invariant(
             "retry-failed",
             format!("plan {plan}: the retry gave {other:?}"),
@@ -887,12 +887,12 @@ pub fn out_of_memory<S: Subject>(subject: &'static S, seed: u64) {
         ));
     };
     let baseline = failing.inner().stats().live_blocks;
-    let expected = library::expected_path();
+    let expected = consumer::expected_path();
 
     let check_clean = |plan: AllocPlan, must_fail: bool| {
         check_clean_oom(
             failing,
-            library::run_path,
+            consumer::run_path,
             &expected,
             baseline,
             plan,
@@ -903,10 +903,10 @@ pub fn out_of_memory<S: Subject>(subject: &'static S, seed: u64) {
 
     // Count the sites and the bytes of a clean run.
     failing.arm(AllocPlan::Never);
-    let clean = library::run_path();
+    let clean = consumer::run_path();
     let (sites, bytes) = (failing.calls(), failing.granted_bytes());
     failing.disarm();
-    if !matches!(&clean, Ok(y) if library::close(y, &expected)) {
+    if !matches!(&clean, Ok(y) if consumer::close(y, &expected)) {
         report::record(Finding::invariant(
             "library-broken",
             format!("clean run: {clean:?}"),

@@ -14,8 +14,6 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-#[cfg(feature = "controls")]
-use keepalloc_scribble::Stack;
 use keepalloc_scribble::{ScribbleHooks, ViolationReport};
 
 pub use keepalloc_scribble::{MIN_RED_ZONE, ScribbleConfig, ScribbleStats};
@@ -30,7 +28,8 @@ pub type Scribble<A> = keepalloc_scribble::Scribble<A, HarnessHooks>;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HarnessHooks;
 
-/// Set once a detailed report was printed, so that [`print_history`] does not repeat it.
+/// Set once a detailed report was printed, so that the owner heaps' history is not printed
+/// again after it.
 static DETAIL_PRINTED: AtomicBool = AtomicBool::new(false);
 
 impl ScribbleHooks for HarnessHooks {
@@ -59,33 +58,10 @@ impl ScribbleHooks for HarnessHooks {
     }
 }
 
-/// For a finding about an address that lives in the controls' owner heap (an owner canary
-/// found freed), prints what that heap remembers of the block: where it was freed and
-/// allocated, when `KEEPALLOC_SCRIBBLE` turned stacks on. Called by [`report::fatal`].
-pub fn print_history(finding: &Finding) {
-    let Finding::Violation(v) = finding else {
-        return;
-    };
-    if DETAIL_PRINTED.load(Ordering::SeqCst) {
-        return;
-    }
-    #[cfg(feature = "controls")]
-    for heap in [
-        &crate::controls::owner::OWNER_HEAP,
-        crate::controls::owner::DATA_HEAP.inner(),
-    ] {
-        if let Some(block) = heap.history(v.address) {
-            keepalloc_scribble::print_report(&ViolationReport {
-                violation: *v,
-                block: Some(block),
-                access: Some(Stack::capture(heap.config().stack_depth)),
-                fault: None,
-            });
-            return;
-        }
-    }
-    #[cfg(not(feature = "controls"))]
-    let _ = v;
+/// Whether a fatal violation's detailed report (with the block's stacks) was printed already.
+#[cfg(feature = "controls")]
+pub fn detail_printed() -> bool {
+    DETAIL_PRINTED.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]

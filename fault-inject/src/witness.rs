@@ -79,6 +79,23 @@ pub fn captured_serial() -> u64 {
     CAPTURED_SERIAL.load(Relaxed)
 }
 
+std::thread_local! {
+    /// Attempts this thread has run (init attempts decided by the init plan, and owner
+    /// constructions tried through [`Witness::try_new`]): how a scenario tells a caller that
+    /// retried from one that was refused without any attempt.
+    static ATTEMPTS_HERE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Attempts run on this thread so far (init attempts and owner constructions).
+pub fn attempts_here() -> u64 {
+    ATTEMPTS_HERE.with(Cell::get)
+}
+
+/// Counts an attempt run on this thread (an init attempt or an owner construction).
+pub(crate) fn count_attempt_here() {
+    ATTEMPTS_HERE.with(|n| n.set(n.get() + 1));
+}
+
 /// What every owner carries, first thing in its memory: a canary and a serial.
 #[repr(C)]
 #[derive(Debug)]
@@ -92,7 +109,7 @@ impl Witness {
     /// refuses it when the build plan says so. Every variant's owner constructor calls this
     /// first, so the count does not depend on the code under test.
     pub fn try_new() -> Result<Witness, BuildRefused> {
-        crate::init_plan::count_attempt_here();
+        count_attempt_here();
         let attempt = BUILD_TRIES.fetch_add(1, Relaxed);
         if attempt < FAIL_FIRST_BUILDS.load(Relaxed) {
             BUILD_REFUSALS.fetch_add(1, Relaxed);

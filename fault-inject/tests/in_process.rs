@@ -4,7 +4,7 @@
 //! then asserts on what the scenario recorded.
 
 use keepalloc_fault_inject::delay::{self, Delay, Point};
-use keepalloc_fault_inject::keepalloc::PROVIDER;
+use keepalloc_fault_inject::real_provider::PROVIDER;
 use keepalloc_fault_inject::scenario::{Scenario, Variant};
 use keepalloc_fault_inject::{init_plan, report, run_scenario, witness};
 

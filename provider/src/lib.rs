@@ -36,7 +36,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cell;
-mod library;
+mod library_once;
 #[cfg(not(loom))]
 mod provider;
 #[cfg(not(loom))]
@@ -44,7 +44,7 @@ mod registry;
 mod sync;
 
 pub use cell::{CellStats, KeepCell};
-pub use library::{HookRan, LibraryOnce};
+pub use library_once::{HookRan, LibraryOnce};
 #[cfg(not(loom))]
 pub use provider::{
     AllocatorHandle, DEFAULT_PROVIDER, GlobalProvider, InitError, InitHook, Owner, Provider,

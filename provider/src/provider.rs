@@ -12,7 +12,7 @@ use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, CountingStats, DefaultBackend};
 
 use crate::cell::{CellStats, KeepCell};
-use crate::library::{HookRan, LibraryOnce};
+use crate::library_once::{HookRan, LibraryOnce};
 use crate::registry::{DEFAULT_LIBRARY, LibraryError, Registry};
 
 /// Why the consuming library's initialization failed (returned by an init hook).

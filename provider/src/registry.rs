@@ -9,7 +9,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use crate::library::LibraryOnce;
+use crate::library_once::LibraryOnce;
 
 /// How many libraries one provider can serve, the default library included.
 pub const MAX_LIBRARIES: usize = 16;

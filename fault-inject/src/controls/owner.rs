@@ -7,10 +7,11 @@ use core::sync::atomic::{Ordering, fence};
 
 use allocator_api2::boxed::Box as ABox;
 use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_scribble::{Stack, ViolationReport};
 
 use crate::failing::Failing;
 use crate::report::{self, Finding};
-use crate::scribble::{Scribble, ScribbleConfig};
+use crate::scribble::{self, Scribble, ScribbleConfig};
 use crate::witness::{self, BuildRefused, Witness};
 
 /// Where owners live: a scribbling allocator, so a freed owner reads as 0x55 bytes and stays
@@ -25,6 +26,29 @@ pub static DATA_HEAP: Failing<Scribble<System>> =
     Failing::new(Scribble::new(System, ScribbleConfig::DEFAULT));
 
 static DATA_TABLE: AllocatorTable = AllocatorTable::for_allocator(&DATA_HEAP);
+
+/// For a finding about an address in the owner or data heap (an owner canary found freed),
+/// prints what that heap remembers of the block: where it was freed and allocated, when
+/// `KEEPALLOC_SCRIBBLE` turned stacks on. [`report::fatal`] calls it before the finding.
+fn print_history(finding: &Finding) {
+    let Finding::Violation(v) = finding else {
+        return;
+    };
+    if scribble::detail_printed() {
+        return;
+    }
+    for heap in [&OWNER_HEAP, DATA_HEAP.inner()] {
+        if let Some(block) = heap.history(v.address) {
+            keepalloc_scribble::print_report(&ViolationReport {
+                violation: *v,
+                block: Some(block),
+                access: Some(Stack::capture(heap.config().stack_depth)),
+                fault: None,
+            });
+            return;
+        }
+    }
+}
 
 /// What a control does when its data heap refuses an allocation (called with the owner's
 /// address, from inside the callback, which touches the owner no more afterwards).
@@ -53,6 +77,7 @@ impl CanaryOwner {
 
     /// As [`try_boxed`](Self::try_boxed), with a reaction to allocation refusals.
     pub fn try_boxed_with(on_refusal: Option<OnRefusal>) -> Result<OwnerBox, BuildRefused> {
+        report::print_before_fatal(print_history);
         Ok(ABox::new_in(
             CanaryOwner {
                 witness: Witness::try_new()?,
