@@ -7,9 +7,9 @@
 
 use core::alloc::Layout;
 
+use keepalloc::System;
 use keepalloc::allocator_api2::alloc::Allocator;
 use keepalloc::scribble::{Policy, Scribble, ScribbleConfig, ViolationKind};
-use keepalloc::System;
 
 static DEBUG_HEAP: Scribble<System> =
     Scribble::new(System, ScribbleConfig::DEFAULT.with_policy(Policy::Record));

@@ -1,0 +1,30 @@
+//! Fresh processes: a test re-runs its own binary for one (usually `#[ignore]`d) child test.
+//!
+//! Process-wide state (a published table, a captured allocator, a signal handler, an exit
+//! code) can only be tested once per process, so such tests run their body in a child.
+
+use std::ffi::OsStr;
+use std::process::{Command, Output};
+
+/// Runs the test `name` of this test binary alone, in a fresh process, ignored or not, with
+/// `env` added to its environment, and returns what it did.
+pub fn rerun<K: AsRef<OsStr>, V: AsRef<OsStr>>(name: &str, env: &[(K, V)]) -> Output {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args([name, "--exact", "--nocapture", "--include-ignored"])
+        .args(["--test-threads", "1"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("spawn the test binary")
+}
+
+/// A child's exit status and both its streams, for an assertion message.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

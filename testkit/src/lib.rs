@@ -1,0 +1,19 @@
+//! What keepalloc's tests share, so no test file carries its own copy.
+//!
+//! * [`child`]: re-run this test binary as a fresh process for one test, and describe what
+//!   it did when an assertion about it fails.
+//! * [`not_run`]: a test that cannot run here (a runtime or a system library is missing) says
+//!   so where a person sees it, and fails instead under `CI=true`.
+//! * [`runtimes`]: the pinned ONNX Runtime and ExecuTorch wheels, fetched and unpacked on first
+//!   use into `target/runtimes/` (the same code `cargo xtask runtimes` runs).
+//!
+//! A dev-dependency only (`publish = false`): nothing in the product imports it.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+
+pub mod child;
+pub mod not_run;
+pub mod runtimes;
+
+pub use child::{describe, rerun};
+pub use not_run::{in_ci, not_run};
