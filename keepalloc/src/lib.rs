@@ -65,3 +65,16 @@ pub mod scribble {
     pub use keepalloc_scribble::*;
 }
 
+// Every Rust block of the README and of docs/ is compiled (and run unless `no_run`) as a
+// doctest of this crate, so that a quick start cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/embedding.md")]
+struct EmbeddingDoctests;
+
+#[cfg(all(doctest, feature = "onnxruntime"))]
+#[doc = include_str!("../../docs/embedding-onnxruntime.md")]
+struct EmbeddingOnnxruntimeDoctests;

@@ -124,6 +124,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let ctx = prepare()?;
     header(&ctx)?;
+    crate::snippets::run(&ctx.staticlib, &ctx.out.join("snippets"))?;
     foundation(&ctx)?;
     controls(&ctx)?;
     shared_library(&ctx)?;

@@ -14,6 +14,7 @@ mod mutants;
 mod ort_campaign;
 mod runtimes;
 mod sanitizers;
+mod snippets;
 mod util;
 
 use std::process::ExitCode;

@@ -1,0 +1,203 @@
+//! The C and C++ code blocks of README.md and docs/*.md, compiled (and run) by `cargo xtask
+//! c-test`, so that a quick start cannot rot.
+//!
+//! Every fenced block whose info string starts with `c`, `cpp` or `c++` is written to a file of
+//! its own and compiled against `capi/include` with warnings as errors (C11, C++17):
+//! - a block whose info string also says `fragment` is a translation unit only (`-c`): it may
+//!   call functions it only declares (a runtime's own, XNNPACK's, ONNX Runtime's);
+//! - any other block must be a whole program: it is linked with the release
+//!   `libkeepalloc_capi.a` (and `-lXNNPACK -lpthreadpool` when it includes `xnnpack.h`) and
+//!   run, and must exit 0.
+//!
+//! A block that includes `xnnpack.h` where XNNPACK is not installed is skipped with a line
+//! saying so, except under `CI` (then it is an error, as for the rest of c-test).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util;
+
+/// One fenced C or C++ block.
+struct Snippet {
+    /// `README.md:41`: the file and the line of the opening fence.
+    origin: String,
+    cpp: bool,
+    fragment: bool,
+    code: String,
+}
+
+/// The fenced C/C++ blocks of one Markdown text, in order.
+fn extract(origin: &str, text: &str) -> Vec<Snippet> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((n, line)) = lines.next() {
+        let Some(info) = line.trim_start().strip_prefix("```") else {
+            continue;
+        };
+        let words: Vec<&str> = info
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let lang = words.first().copied().unwrap_or("");
+        let mut code = String::new();
+        for (_, body) in lines.by_ref() {
+            if body.trim_start().starts_with("```") {
+                break;
+            }
+            code.push_str(body);
+            code.push('\n');
+        }
+        let cpp = match lang {
+            "c" => false,
+            "cpp" | "c++" => true,
+            _ => continue,
+        };
+        out.push(Snippet {
+            origin: format!("{origin}:{}", n + 1),
+            cpp,
+            fragment: words.contains(&"fragment"),
+            code,
+        });
+    }
+    out
+}
+
+/// README.md and docs/*.md, in a stable order.
+fn markdown_files(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = vec![root.join("README.md")];
+    let docs = root.join("docs");
+    let mut more: Vec<PathBuf> = std::fs::read_dir(&docs)
+        .map_err(|e| format!("{}: {e}", docs.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    more.sort();
+    files.extend(more);
+    Ok(files)
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// Compiles every C/C++ block of README.md and docs/*.md against `include` and runs the whole
+/// programs linked with `staticlib`; build products go under `out`.
+pub fn run(staticlib: &Path, out: &Path) -> Result<(), String> {
+    let root = util::root();
+    let include = root.join("capi/include");
+    let xnnpack = Path::new("/usr/include/xnnpack.h").is_file()
+        || std::env::var_os("XNNPACK_INCLUDE_DIR")
+            .is_some_and(|d| Path::new(&d).join("xnnpack.h").is_file());
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut snippets = Vec::new();
+    for file in markdown_files(&root)? {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let name = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        snippets.extend(extract(&name, &text));
+    }
+    if snippets.is_empty() {
+        return Err("c-test: no C or C++ block found in README.md and docs/*.md".to_owned());
+    }
+    let (mut compiled, mut ran, mut skipped) = (0, 0, 0);
+    for (i, s) in snippets.iter().enumerate() {
+        let uses_xnnpack = s.code.contains("<xnnpack.h>");
+        if uses_xnnpack && !xnnpack {
+            if ci() {
+                return Err(format!(
+                    "{}: needs xnnpack.h, which is not installed, and CI is set",
+                    s.origin
+                ));
+            }
+            println!(
+                "  snippet {}: skipped (libxnnpack-dev not installed)",
+                s.origin
+            );
+            skipped += 1;
+            continue;
+        }
+        let ext = if s.cpp { "cpp" } else { "c" };
+        let src = out.join(format!("snippet{i}.{ext}"));
+        std::fs::write(&src, &s.code).map_err(|e| format!("{}: {e}", src.display()))?;
+        let compiler = if s.cpp {
+            std::env::var("CXX").unwrap_or_else(|_| "c++".to_owned())
+        } else {
+            std::env::var("CC").unwrap_or_else(|_| "cc".to_owned())
+        };
+        let mut cmd = Command::new(&compiler);
+        cmd.arg(if s.cpp { "-std=c++17" } else { "-std=c11" })
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unused-function",
+                "-Wno-unused-parameter",
+                "-I",
+            ])
+            .arg(&include)
+            .arg(&src);
+        let bin = out.join(format!("snippet{i}"));
+        if s.fragment {
+            cmd.arg("-c").arg("-o").arg(bin.with_extension("o"));
+        } else {
+            cmd.arg("-o").arg(&bin).arg(staticlib);
+            if uses_xnnpack {
+                cmd.args(["-lXNNPACK", "-lpthreadpool"]);
+            }
+            cmd.args(["-lstdc++", "-lpthread", "-ldl", "-lm"]);
+        }
+        let output = cmd
+            .output()
+            .map_err(|e| format!("{}: running {compiler}: {e}", s.origin))?;
+        if !output.status.success() {
+            return Err(format!(
+                "snippet {} (copied to {}) does not compile:\n{}",
+                s.origin,
+                src.display(),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        compiled += 1;
+        if s.fragment {
+            println!("  snippet {}: compiles", s.origin);
+            continue;
+        }
+        let run = Command::new(&bin)
+            .output()
+            .map_err(|e| format!("{}: running {}: {e}", s.origin, bin.display()))?;
+        if !run.status.success() {
+            return Err(format!(
+                "snippet {} ran and failed ({}):\n{}{}",
+                s.origin,
+                run.status,
+                String::from_utf8_lossy(&run.stdout),
+                String::from_utf8_lossy(&run.stderr)
+            ));
+        }
+        ran += 1;
+        println!("  snippet {}: compiles, runs, exits 0", s.origin);
+    }
+    println!("c-test: doc snippets: {compiled} compiled, {ran} of them run, {skipped} skipped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::extract;
+
+    #[test]
+    fn finds_c_and_cpp_blocks_with_their_marks() {
+        let text = "x\n```c\nint main(void){return 0;}\n```\n```rust\nfn f(){}\n```\n\
+                    ```cpp fragment\nint f();\n```\n```sh\nls\n```\n";
+        let s = extract("t.md", text);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].origin, "t.md:2");
+        assert!(!s[0].cpp && !s[0].fragment);
+        assert!(s[1].cpp && s[1].fragment);
+        assert_eq!(s[1].code, "int f();\n");
+    }
+}
