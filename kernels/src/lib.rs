@@ -70,14 +70,11 @@
 
 mod buffer;
 mod error;
-mod fc;
-mod fc_bf16;
-mod fc_qc8w;
-mod fc_qd8;
 mod gemm;
 mod init;
 mod isa;
 mod lowp;
+mod operators;
 mod pack;
 mod pool;
 mod pthreadpool;
@@ -85,14 +82,18 @@ mod selftest;
 
 pub use buffer::ALIGNMENT;
 pub use error::KernelError;
-pub use fc::{FullyConnected, FullyConnectedDesc};
-pub use fc_bf16::{FullyConnectedBf16F32, FullyConnectedBf16F32Desc, bf16_from_f32, bf16_to_f32};
-pub use fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
-pub use fc_qd8::{FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, Qd8Params, quantize_qd8};
 pub use init::{captured_table, initialize};
 pub use isa::{ISA_ENV, Isa, selected as selected_isa};
 pub use keepalloc_allocators::AllocatorTable;
 pub use lowp::{DOT_ISA_ENV, DotIsa};
+pub use operators::fc::{FullyConnected, FullyConnectedDesc};
+pub use operators::fc_bf16::{
+    FullyConnectedBf16F32, FullyConnectedBf16F32Desc, bf16_from_f32, bf16_to_f32,
+};
+pub use operators::fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
+pub use operators::fc_qd8::{
+    FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, Qd8Params, quantize_qd8,
+};
 pub use pool::{MAX_POOL_THREADS, Parallel, Sequential, ThreadPool, process_pool};
 pub use pthreadpool::{
     Pthreadpool, PthreadpoolGetThreadsCount, PthreadpoolParallelize1d, PthreadpoolTask1d,

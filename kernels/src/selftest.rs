@@ -3,11 +3,13 @@
 //! turn) and for anything else that wants to see them allocate, compute and free.
 
 use crate::error::KernelError;
-use crate::fc_bf16::{
+use crate::operators::fc_bf16::{
     FullyConnectedBf16F32, FullyConnectedBf16F32Desc, bf16_from_f32, bf16_to_f32,
 };
-use crate::fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
-use crate::fc_qd8::{FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, quantize_qd8};
+use crate::operators::fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
+use crate::operators::fc_qd8::{
+    FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, quantize_qd8,
+};
 
 /// Table allocations one [`low_precision_path`] makes, in this order: the packed block of a
 /// `bf16_f32`, of a `qd8_f32_qc8w` and of an `f32_qc8w` operator (one each).

@@ -32,7 +32,6 @@
 //! One thread per run.
 
 mod isa;
-pub(crate) mod op;
 mod pack;
 pub(crate) mod quant;
 mod scalar;
@@ -48,7 +47,7 @@ mod blocked;
 
 pub use isa::{DOT_ISA_ENV, DotIsa};
 pub(crate) use isa::{Kind, choose, forced};
-pub(crate) use pack::{pack_bf16, pack_f32_qc8w, pack_qd8, panel_bytes};
+pub(crate) use pack::{pack_bf16, pack_f32_qc8w, pack_qd8, panel_bytes, panel_bytes_checked};
 
 use crate::gemm::row_tiles;
 

@@ -4,10 +4,10 @@
 
 use keepalloc_allocators::AllocatorTable;
 
+use super::lowp_common::{Common, Core, desc_builders};
 use crate::buffer::ALIGNMENT;
 use crate::error::KernelError;
 use crate::init;
-use crate::lowp::op::{Common, Core, desc_builders};
 use crate::lowp::{self, DotIsa, Job, Kind, RowQuant, quant};
 
 /// One row's dynamic quantization, laid out as XNNPACK's `struct xnn_quantization_params`:

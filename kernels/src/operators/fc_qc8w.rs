@@ -1,43 +1,28 @@
-//! `fully_connected_nc_bf16_f32`: bf16 activations and weights, f32 accumulation, bias and
-//! output.
+//! `fully_connected_nc_f32_qc8w`: f32 activations, int8 weights with one f32 scale per
+//! output channel, dequantized in registers.
 
 use keepalloc_allocators::AllocatorTable;
 
+use super::lowp_common::{Common, Core, desc_builders};
 use crate::error::KernelError;
 use crate::init;
-use crate::lowp::op::{Common, Core, desc_builders};
 use crate::lowp::{self, DotIsa, Job, Kind};
 
-/// The bf16 value nearest to `x` (round to nearest, ties to even; NaN stays a quiet NaN),
-/// as its raw 16 bits: the upper half of the f32.
-pub fn bf16_from_f32(x: f32) -> u16 {
-    let bits = x.to_bits();
-    if x.is_nan() {
-        return ((bits >> 16) | 0x40) as u16;
-    }
-    let round = 0x7fff + ((bits >> 16) & 1);
-    (bits.wrapping_add(round) >> 16) as u16
-}
-
-/// The f32 equal to the bf16 `bits` (exact).
-pub fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits(u32::from(bits) << 16)
-}
-
-/// Everything `xnn_create_fully_connected_nc_bf16_f32` takes: bf16 weights (raw bits, as
-/// [`bf16_from_f32`] makes them) and an f32 bias.
+/// Everything `xnn_create_fully_connected_nc_f32_qc8w` takes.
 #[derive(Debug, Clone, Copy)]
-pub struct FullyConnectedBf16F32Desc<'a> {
+pub struct FullyConnectedF32Qc8wDesc<'a> {
     /// K: values per input row.
     pub input_channels: usize,
     /// N: values per output row.
     pub output_channels: usize,
-    /// Distance between input rows, in bf16 values (≥ `input_channels`).
+    /// Distance between input rows, in floats (≥ `input_channels`).
     pub input_stride: usize,
     /// Distance between output rows, in floats (≥ `output_channels`).
     pub output_stride: usize,
-    /// `N × K` bf16 values `[output][input]`, or `K × N` when `transposed_weights`.
-    pub weights: &'a [u16],
+    /// `N` positive finite scales, one per output channel (`kernel_scale`).
+    pub weight_scales: &'a [f32],
+    /// `N × K` int8 weights `[output][input]`, or `K × N` when `transposed_weights`.
+    pub weights: &'a [i8],
     /// `N` floats, or none (zero bias).
     pub bias: Option<&'a [f32]>,
     /// Lower output bound (`-inf` for none).
@@ -46,22 +31,28 @@ pub struct FullyConnectedBf16F32Desc<'a> {
     pub output_max: f32,
     /// Weights are `[input][output]`.
     pub transposed_weights: bool,
-    /// The instruction set; `None` is the environment's or the best with a bf16 kernel.
+    /// The instruction set; `None` is the environment's or the best with an int8 kernel.
     pub isa: Option<DotIsa>,
     /// Transparent huge pages under the packed weights (the default); see
     /// `with_huge_pages`.
     pub huge_pages: bool,
 }
 
-impl<'a> FullyConnectedBf16F32Desc<'a> {
-    /// `input_channels` → `output_channels` with `[output][input]` weights, dense rows, no
-    /// bias, no clamp.
-    pub fn new(input_channels: usize, output_channels: usize, weights: &'a [u16]) -> Self {
-        FullyConnectedBf16F32Desc {
+impl<'a> FullyConnectedF32Qc8wDesc<'a> {
+    /// `input_channels` → `output_channels` with `[output][input]` int8 weights and their
+    /// per-channel scales, dense rows, no bias, no clamp.
+    pub fn new(
+        input_channels: usize,
+        output_channels: usize,
+        weights: &'a [i8],
+        weight_scales: &'a [f32],
+    ) -> Self {
+        FullyConnectedF32Qc8wDesc {
             input_channels,
             output_channels,
             input_stride: input_channels,
             output_stride: output_channels,
+            weight_scales,
             weights,
             bias: None,
             output_min: f32::NEG_INFINITY,
@@ -75,24 +66,27 @@ impl<'a> FullyConnectedBf16F32Desc<'a> {
     desc_builders!();
 }
 
-/// A bf16 × bf16 → f32 fully-connected operator:
-/// `y[M][N] = clamp(x[M][K] · W[N][K]ᵀ + b[N], min, max)` with x and W in bf16, the
-/// products exact in f32 and the sums rounded as f32 additions.
+/// The f32 × int8-weight fully-connected operator:
+/// `y[m][n] = clamp(wsₙ · (b[n] + Σₖ x[m][k] · W[n][k]), min, max)`. Note that the channel
+/// scale multiplies the bias too: that is XNNPACK's definition of
+/// `fully_connected_nc_f32_qc8w` (its operator tester scales `bias + Σ` by the kernel
+/// scale), unlike `qd8_f32_qc8w`, whose bias is added after scaling. The int8 weights are
+/// widened to f32 in registers (exactly) and accumulated with FMA onto the bias; the
+/// channel scale is one multiply per output. Batch 1 streams 1 byte per
+/// weight instead of 4: the DRAM-bound GEMV case.
 ///
-/// Lifecycle as the f32 operator's: [`create`](Self::create) validates and packs (exactly
-/// [`Self::CREATE_ALLOCATIONS`] call to the table), [`run`](Self::run) allocates nothing
-/// and runs on the calling thread, drop frees the block through the table.
+/// Lifecycle as the f32 operator's; `run` allocates nothing.
 #[derive(Debug)]
-pub struct FullyConnectedBf16F32 {
+pub struct FullyConnectedF32Qc8w {
     core: Core,
 }
 
-impl FullyConnectedBf16F32 {
-    /// Allocations one `create` makes from the table (the packed weights and bias).
+impl FullyConnectedF32Qc8w {
+    /// Allocations one `create` makes from the table (the packed weights, scales and bias).
     pub const CREATE_ALLOCATIONS: usize = 1;
 
     /// Creates the operator through the table captured by [`initialize`](crate::initialize).
-    pub fn create(desc: &FullyConnectedBf16F32Desc<'_>) -> Result<Self, KernelError> {
+    pub fn create(desc: &FullyConnectedF32Qc8wDesc<'_>) -> Result<Self, KernelError> {
         Self::create_with_table(init::captured()?, desc)
     }
 
@@ -100,7 +94,7 @@ impl FullyConnectedBf16F32 {
     /// [`FullyConnected::create_with_table`](crate::FullyConnected::create_with_table)).
     pub fn create_with_table(
         table: &'static AllocatorTable,
-        desc: &FullyConnectedBf16F32Desc<'_>,
+        desc: &FullyConnectedF32Qc8wDesc<'_>,
     ) -> Result<Self, KernelError> {
         let common = Common {
             k: desc.input_channels,
@@ -109,24 +103,25 @@ impl FullyConnectedBf16F32 {
             output_stride: desc.output_stride,
             weights_len: desc.weights.len(),
             bias: desc.bias,
-            scales: None,
+            scales: Some(desc.weight_scales),
             min: desc.output_min,
             max: desc.output_max,
             isa: desc.isa,
             huge_pages: desc.huge_pages,
         };
-        let core = Core::create(table, Kind::Bf16F32, &common, |dst, nr| {
-            lowp::pack_bf16(
+        let core = Core::create(table, Kind::F32Qc8w, &common, |dst, nr| {
+            lowp::pack_f32_qc8w(
                 dst,
                 nr,
                 desc.input_channels,
                 desc.output_channels,
                 desc.weights,
+                desc.weight_scales,
                 desc.transposed_weights,
                 desc.bias,
             )
         })?;
-        Ok(FullyConnectedBf16F32 { core })
+        Ok(FullyConnectedF32Qc8w { core })
     }
 
     /// The instruction set whose kernels this operator runs.
@@ -144,27 +139,27 @@ impl FullyConnectedBf16F32 {
         self.core.n
     }
 
-    /// Bytes of packed weights and bias held from the table.
+    /// Bytes of packed weights, scales and bias held from the table.
     pub fn packed_bytes(&self) -> usize {
         self.core.packed.bytes()
     }
 
-    /// Computes `batch` rows (bf16 input rows `input_stride` apart, f32 output rows
+    /// Computes `batch` rows (f32 input rows `input_stride` apart, output rows
     /// `output_stride` apart; only the first `output_channels` of each are written). A batch
     /// of 0 does nothing. Never allocates.
-    pub fn run(&self, batch: usize, input: &[u16], output: &mut [f32]) -> Result<(), KernelError> {
+    pub fn run(&self, batch: usize, input: &[f32], output: &mut [f32]) -> Result<(), KernelError> {
         let c = &self.core;
         if !c.check_run(batch, input.len(), output.len())? {
             return Ok(());
         }
         let job = Job {
-            kind: Kind::Bf16F32,
+            kind: Kind::F32Qc8w,
             isa: c.isa,
             m: batch,
             k: c.k,
             n: c.n,
             a: input.as_ptr().cast(),
-            lda: c.input_stride * size_of::<u16>(),
+            lda: c.input_stride * size_of::<f32>(),
             packed: c.packed.as_byte_ptr(),
             c: output.as_mut_ptr(),
             ldc: c.output_stride,

@@ -3,9 +3,9 @@
 
 use keepalloc_allocators::AllocatorTable;
 
-use super::{DotIsa, Kind, choose, shape};
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
+use crate::lowp::{DotIsa, Kind, choose, shape};
 
 /// Largest K of `qd8_f32_qc8w`: the exact i32 accumulation needs
 /// `K · 255 · 128 < 2³¹` (see the AVX-512 kernel's notes).
@@ -80,7 +80,7 @@ impl Core {
             return Err(bad_channels);
         }
         let nr = shape(kind, isa).nr;
-        let bytes = super::pack::panel_bytes_checked(kind, nr, k)
+        let bytes = crate::lowp::panel_bytes_checked(kind, nr, k)
             .and_then(|p| p.checked_mul(n.div_ceil(nr)))
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or(bad_channels)?;
