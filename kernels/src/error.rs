@@ -1,7 +1,6 @@
 //! The one error type of the crate.
 
-use crate::isa::Isa;
-use crate::lowp::DotIsa;
+use crate::cpu::{DotIsa, Isa};
 
 /// Everything that can go wrong in `keepalloc-kernels`.
 ///

@@ -69,6 +69,7 @@
 #![deny(missing_docs)]
 
 mod buffer;
+mod cpu;
 mod error;
 mod gemm;
 mod init;

@@ -26,6 +26,7 @@
 use core::mem::MaybeUninit;
 use core::ops::Range;
 
+use crate::cpu::{Caches, cache, caches};
 use crate::isa::Isa;
 
 #[cfg(target_arch = "x86_64")]
@@ -99,26 +100,6 @@ fn gemv_prefetch_above(shared: bool, c: Caches) -> usize {
     } else {
         GEMV_PREFETCH_ABOVE
     }
-}
-
-/// What the cache rules know of this CPU (see [`cache`]).
-#[derive(Clone, Copy)]
-pub(crate) struct Caches {
-    /// L1 data cache bytes per core, 0 when unknown.
-    pub(crate) l1: usize,
-    /// L2 bytes per core, 0 when unknown.
-    pub(crate) l2: usize,
-    /// An Intel CPU.
-    pub(crate) intel: bool,
-    /// An AMD CPU (any family).
-    pub(crate) amd: bool,
-    /// An AMD CPU of family 0x1A (Zen 5) or later.
-    pub(crate) zen5: bool,
-}
-
-/// This CPU's [`Caches`].
-pub(crate) fn caches() -> Caches {
-    cache::all()
 }
 
 std::thread_local! {
@@ -733,138 +714,6 @@ fn blocking(isa: Isa, s: &Shape, k: usize, c: Caches) -> (usize, usize) {
     (0, (l2 / 2 / panel_block).max(2) & !1)
 }
 
-/// The data caches, from CPUID (x86-64; elsewhere nothing is known).
-mod cache {
-    use core::sync::atomic::{AtomicUsize, Ordering};
-
-    /// 0: not read yet; else 1 + (L2 bytes << 3 | amd << 2 | zen5 << 1 | intel).
-    static INFO: AtomicUsize = AtomicUsize::new(0);
-    /// L1 data cache bytes, stored before `INFO` (0: unknown).
-    static L1D: AtomicUsize = AtomicUsize::new(0);
-
-    #[inline]
-    fn info() -> usize {
-        let v = INFO.load(Ordering::Acquire);
-        if v != 0 {
-            return v - 1;
-        }
-        first()
-    }
-
-    /// Reads the caches the first time.
-    #[cold]
-    #[inline(never)]
-    fn first() -> usize {
-        let (v, l1) = read();
-        L1D.store(l1, Ordering::Relaxed);
-        INFO.store(v + 1, Ordering::Release);
-        v
-    }
-
-    /// All of it, from one load of `INFO` (and `L1D`).
-    pub(super) fn all() -> super::Caches {
-        let v = info();
-        super::Caches {
-            l1: L1D.load(Ordering::Relaxed),
-            l2: v >> 3,
-            intel: v & 1 == 1,
-            amd: v & 4 == 4,
-            zen5: v & 2 == 2,
-        }
-    }
-
-    /// Per-core L2 bytes, 0 when unknown.
-    pub(super) fn l2_bytes() -> usize {
-        info() >> 3
-    }
-
-    /// Per-core L1 data cache bytes, 0 when unknown.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(super) fn l1d_bytes() -> usize {
-        info();
-        L1D.load(Ordering::Relaxed)
-    }
-
-    /// The CPU is an Intel one.
-    pub(super) fn is_intel() -> bool {
-        info() & 1 == 1
-    }
-
-    // `__cpuid` is a safe function on recent toolchains and an unsafe one on older ones.
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unused_unsafe)]
-    fn read() -> (usize, usize) {
-        use core::arch::x86_64::{__cpuid, __cpuid_count};
-        // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 is always valid.
-        let leaf0 = unsafe { __cpuid(0) };
-        // "GenuineIntel": ebx "Genu", edx "ineI", ecx "ntel".
-        let intel =
-            leaf0.ebx == 0x756e_6547 && leaf0.edx == 0x4965_6e69 && leaf0.ecx == 0x6c65_746e;
-        // "AuthenticAMD": ebx "Auth", edx "enti", ecx "cAMD".
-        let amd = leaf0.ebx == 0x6874_7541 && leaf0.edx == 0x6974_6e65 && leaf0.ecx == 0x444d_4163;
-        let (mut l1, mut l2) = (0usize, 0usize);
-        let mut zen5 = false;
-        if amd && leaf0.eax >= 1 {
-            // SAFETY: leaf 1 is supported (max leaf >= 1, checked above).
-            zen5 = family(unsafe { __cpuid(1) }.eax) >= 0x1a;
-            // Leaf 0x8000_0000 gives the highest extended leaf.
-            // SAFETY: leaf 0x8000_0000 exists on every x86-64 CPU.
-            let max_ext = unsafe { __cpuid(0x8000_0000) }.eax;
-            if max_ext >= 0x8000_0006 {
-                // Leaf 0x8000_0005, ECX bits 24..32: L1 data cache KiB per core; leaf
-                // 0x8000_0006, ECX bits 16..32: L2 KiB per core.
-                // SAFETY: both leaves are supported (checked just above).
-                let (l1c, l2c) = unsafe { (__cpuid(0x8000_0005).ecx, __cpuid(0x8000_0006).ecx) };
-                l1 = (l1c >> 24) as usize * 1024;
-                l2 = (l2c >> 16) as usize * 1024;
-            }
-        }
-        if intel && leaf0.eax >= 4 {
-            // Leaf 4: deterministic cache parameters, one sub-leaf per cache until type 0.
-            for sub in 0..16 {
-                // SAFETY: leaf 4 is supported (max leaf >= 4, checked above).
-                let r = unsafe { __cpuid_count(4, sub) };
-                let kind = r.eax & 0x1f;
-                if kind == 0 {
-                    break;
-                }
-                let level = (r.eax >> 5) & 7;
-                let ways = ((r.ebx >> 22) & 0x3ff) as usize + 1;
-                let parts = ((r.ebx >> 12) & 0x3ff) as usize + 1;
-                let line = (r.ebx & 0xfff) as usize + 1;
-                let sets = r.ecx as usize + 1;
-                // Data (1) or unified (3) caches of levels 1 and 2.
-                match (level, kind) {
-                    (1, 1 | 3) => l1 = ways * parts * line * sets,
-                    (2, 1 | 3) => l2 = ways * parts * line * sets,
-                    _ => {}
-                }
-            }
-        }
-        (
-            (l2 << 3) | (usize::from(amd) << 2) | (usize::from(zen5) << 1) | usize::from(intel),
-            l1,
-        )
-    }
-
-    /// The family of a CPUID leaf 1 EAX signature: the base family (bits 8..12), plus the
-    /// extended family (bits 20..28) when the base is 0xF.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(super) fn family(sig: u32) -> u32 {
-        let base = (sig >> 8) & 0xf;
-        if base == 0xf {
-            base + ((sig >> 20) & 0xff)
-        } else {
-            base
-        }
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn read() -> (usize, usize) {
-        (0, 0)
-    }
-}
-
 /// Copies an `mr × kc` block of A (row stride `lda`) to `dst`, k-major.
 ///
 /// # Safety
@@ -882,46 +731,13 @@ unsafe fn pack_a(dst: *mut f32, src: *const f32, lda: usize, mr: usize, kc: usiz
     }
 }
 
-/// The CPUs the cache rules were measured on, as [`Caches`] values for unit tests.
-#[cfg(test)]
-pub(crate) mod test_cpus {
-    use super::Caches;
-
-    const MIB: usize = 1 << 20;
-    /// Zen 5 (AMD family 0x1A).
-    pub(crate) const ZEN5: Caches = Caches {
-        l1: 48 << 10,
-        l2: MIB,
-        intel: false,
-        amd: true,
-        zen5: true,
-    };
-    /// The 2 MiB-L2 Xeon.
-    pub(crate) const XEON: Caches = Caches {
-        l1: 48 << 10,
-        l2: 2 * MIB,
-        intel: true,
-        amd: false,
-        zen5: false,
-    };
-    /// Zen 4 (AMD family 0x19): its sizes read from CPUID as Zen 5's are, without Zen 5's
-    /// rules.
-    pub(crate) const ZEN4: Caches = Caches {
-        l1: 32 << 10,
-        l2: MIB,
-        intel: false,
-        amd: true,
-        zen5: false,
-    };
-}
-
 #[cfg(test)]
 mod tests {
-    use super::test_cpus::{XEON, ZEN4, ZEN5};
     use super::{
         Caches, GEMV_L1_PREFETCH_FLOATS, GEMV_PREFETCH_FLOATS, Isa, blocking, gemv_alternates,
         gemv_prefetch, lone_panel, pair_rows_on, pairs_outer, row_tiles, shape,
     };
+    use crate::cpu::test_cpus::{XEON, ZEN4, ZEN5};
 
     const MIB: usize = 1 << 20;
 
@@ -1054,65 +870,6 @@ mod tests {
         assert!(!pairs_outer(6, 4, panel, a, 0), "L1 unknown");
         // K = 256: one pair's weights alone are 64 KiB.
         assert!(!pairs_outer(6, 2, 32 * 256, 32 * 256, 48 << 10));
-    }
-
-    #[test]
-    fn cpu_family_from_the_leaf_1_signature() {
-        // EPYC 9004 (Zen 4), EPYC 9005 (Zen 5), a Xeon (Sapphire Rapids), a Zen 2.
-        assert_eq!(super::cache::family(0x00a1_0f11), 0x19);
-        assert_eq!(super::cache::family(0x00b0_0f21), 0x1a);
-        assert_eq!(super::cache::family(0x0008_06f8), 6);
-        assert_eq!(super::cache::family(0x0083_0f10), 0x17);
-    }
-
-    /// What `cache` reads from CPUID against the kernel's own view of the CPU: the vendor and
-    /// family in `/proc/cpuinfo`, the L1 data and L2 sizes in sysfs (which Linux reads from
-    /// other CPUID leaves: 4 on Intel, 0x8000_001D on AMD). A packing slip in `cache::INFO`
-    /// (a flag bit read as part of the L2 size, say) fails here on any Intel or AMD machine.
-    #[test]
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    fn cpuid_agrees_with_the_kernel_about_this_cpu() {
-        use super::cache;
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("/proc/cpuinfo");
-        let field = |name: &str| {
-            cpuinfo
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    (k.trim() == name).then(|| v.trim().to_string())
-                })
-                .unwrap_or_else(|| panic!("no {name:?} in /proc/cpuinfo"))
-        };
-        let vendor = field("vendor_id");
-        let family: u32 = field("cpu family").parse().expect("cpu family");
-        let (intel, amd) = (vendor == "GenuineIntel", vendor == "AuthenticAMD");
-        let c = super::caches();
-        assert_eq!(cache::is_intel(), intel, "{vendor}");
-        assert_eq!(c.intel, intel, "{vendor}");
-        assert_eq!(c.amd, amd, "{vendor}");
-        assert_eq!(c.zen5, amd && family >= 0x1a, "{vendor} family {family}");
-        if !(intel || amd) {
-            return;
-        }
-        // cpu0's data or unified caches by level, from sysfs.
-        let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-        let mut sizes = [0usize; 3];
-        for entry in std::fs::read_dir(dir).expect("sysfs cache directory") {
-            let path = entry.expect("sysfs entry").path();
-            let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
-            let (level, kind, size) = (read("level"), read("type"), read("size"));
-            let level: usize = match level.trim().parse() {
-                Ok(l @ 1..=2) => l,
-                _ => continue,
-            };
-            if matches!(kind.trim(), "Data" | "Unified") {
-                let kib: usize = size.trim().trim_end_matches('K').parse().expect("size");
-                sizes[level] = kib * 1024;
-            }
-        }
-        assert_eq!(cache::l1d_bytes(), sizes[1], "L1d against sysfs");
-        assert_eq!(cache::l2_bytes(), sizes[2], "L2 against sysfs");
-        assert_eq!((c.l1, c.l2), (sizes[1], sizes[2]), "caches() against sysfs");
     }
 
     #[test]

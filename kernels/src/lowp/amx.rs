@@ -16,7 +16,7 @@
 //! exact i32, so the output is bit-identical to the AVX512-VNNI and scalar kernels.
 //!
 //! Linux gives a thread the AMX tile state only after the process asked for it
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); [`supported`] asks once, and the
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); `DotIsa::Amx.is_supported()` asks once, and the
 //! instruction set counts as supported only if the CPU has AMX-TILE and AMX-INT8, the OS
 //! enables their state in XCR0 and the kernel grants the permission.
 //!
@@ -25,7 +25,6 @@
 //! ours between `ldtilecfg` and `tilerelease`.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Rows of one AMX block (two A tiles of 16 rows).
 pub(super) const BLOCK_ROWS: usize = 32;
@@ -60,84 +59,10 @@ impl Config {
     }
 }
 
-/// 0: not checked yet; 1: not supported; 2: supported.
-static STATE: AtomicU8 = AtomicU8::new(0);
-
-/// True when this thread may run the AMX blocks: the CPU has AMX-TILE, AMX-INT8 and AMX-BF16
-/// (every AMX CPU so far has all three), the OS
-/// enables their register state, and (Linux) the kernel granted this process the tile
-/// data permission (asked for on the first call).
-pub(crate) fn supported() -> bool {
-    match STATE.load(Ordering::Acquire) {
-        1 => false,
-        2 => true,
-        _ => {
-            let ok = detect();
-            STATE.store(if ok { 2 } else { 1 }, Ordering::Release);
-            ok
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-#[allow(unused_unsafe)]
-fn detect() -> bool {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
-    let max = unsafe { __cpuid(0) }.eax;
-    if max < 7 {
-        return false;
-    }
-    // SAFETY: leaf 1 and leaf 7 exist (max >= 7).
-    let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
-    let osxsave = l1.ecx & (1 << 27) != 0;
-    let amx_tile = l7.edx & (1 << 24) != 0;
-    let amx_int8 = l7.edx & (1 << 25) != 0;
-    let amx_bf16 = l7.edx & (1 << 22) != 0;
-    if !(osxsave && amx_tile && amx_int8 && amx_bf16) {
-        return false;
-    }
-    // SAFETY: OSXSAVE is set, so XGETBV is enabled; XCR0 is register 0.
-    let xcr0 = unsafe { xgetbv0() };
-    // XTILECFG (bit 17) and XTILEDATA (bit 18).
-    if xcr0 & (0b11 << 17) != 0b11 << 17 {
-        return false;
-    }
-    // From <asm/prctl.h> and the kernel's XSAVE feature numbers (not in the libc crate).
-    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-    const XFEATURE_XTILEDATA: libc::c_long = 18;
-    // arch_prctl(ARCH_REQ_XCOMP_PERM, 18) only changes which XSAVE features this process may
-    // use.
-    // SAFETY: a syscall that reads and writes no memory of ours.
-    unsafe {
-        libc::syscall(
-            libc::SYS_arch_prctl,
-            ARCH_REQ_XCOMP_PERM,
-            XFEATURE_XTILEDATA,
-        ) == 0
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn detect() -> bool {
-    false
-}
-
-/// XCR0.
-///
-/// # Safety
-/// The CPU has OSXSAVE set.
-#[cfg(target_os = "linux")]
-#[target_feature(enable = "xsave")]
-unsafe fn xgetbv0() -> u64 {
-    // SAFETY: forwarded (caller).
-    unsafe { core::arch::x86_64::_xgetbv(0) }
-}
-
 /// Loads `cfg` into the tile configuration of this thread.
 ///
 /// # Safety
-/// [`supported`] returned true.
+/// `DotIsa::Amx.is_supported()` returned true.
 #[inline]
 pub(super) unsafe fn load(cfg: &Config) {
     // `cfg` is 64 readable bytes of a valid palette-1 configuration.
@@ -149,7 +74,7 @@ pub(super) unsafe fn load(cfg: &Config) {
 /// switch).
 ///
 /// # Safety
-/// [`supported`] returned true.
+/// `DotIsa::Amx.is_supported()` returned true.
 #[inline]
 pub(super) unsafe fn release() {
     // SAFETY: AMX is enabled and permitted (caller).

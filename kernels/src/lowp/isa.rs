@@ -6,9 +6,9 @@
 //! AVX-VNNI's `vpdpbusd`, AMX-INT8's `tdpbusd`) that come and go independently, so they have
 //! an instruction set of their own. Each operator kind has kernels for a few of them ([`DotIsa::kernels_for`]).
 
-use core::fmt;
 use core::sync::atomic::{AtomicU8, Ordering};
 
+pub use crate::cpu::DotIsa;
 use crate::error::KernelError;
 
 /// The environment variable that forces the dot-product instruction set of every bf16 and
@@ -18,30 +18,6 @@ use crate::error::KernelError;
 /// create ([`KernelError::NoKernel`]). Never a silent downgrade, so a test run with it set
 /// really exercises that kernel.
 pub const DOT_ISA_ENV: &str = "KEEPALLOC_KERNELS_DOT_ISA";
-
-/// An instruction set with low-precision (bf16 / int8) microkernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DotIsa {
-    /// Portable Rust: the reference kernels (8 columns, one row at a time).
-    Scalar,
-    /// AVX2 + FMA: bf16 widened to f32 with shifts; int8 sign/zero-extended to i16 and
-    /// multiplied with `vpmaddwd`; int8 weights widened with `vpmovsxbd`.
-    Avx2,
-    /// AVX-VNNI (VEX `vpdpbusd` on ymm), with AVX2 + FMA.
-    AvxVnni,
-    /// AVX-512F/BW/DQ/VL without the dot-product extensions: the f32 × int8 kernel, and bf16
-    /// widened to f32 for FMA (faster than `vdpbf16ps` on Intel cores).
-    Avx512,
-    /// AVX512-VNNI (`vpdpbusd` on zmm).
-    Avx512Vnni,
-    /// AVX512-BF16 (`vdpbf16ps` on zmm).
-    Avx512Bf16,
-    /// AMX (`tdpbusd` for int8, `tdpbf16ps` for bf16, on tiles), with AVX512-VNNI and
-    /// AVX-512F for the edges and the epilogues: Intel Xeons from Sapphire Rapids on, where
-    /// the kernel grants the tile state (Linux).
-    Amx,
-}
 
 /// The three low-precision operator kinds, named as XNNPACK names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,66 +42,6 @@ impl Kind {
 }
 
 impl DotIsa {
-    /// Every dot-product instruction set, best first.
-    pub const ALL: [DotIsa; 7] = [
-        DotIsa::Amx,
-        DotIsa::Avx512Bf16,
-        DotIsa::Avx512Vnni,
-        DotIsa::Avx512,
-        DotIsa::AvxVnni,
-        DotIsa::Avx2,
-        DotIsa::Scalar,
-    ];
-
-    /// The lower-case name `KEEPALLOC_KERNELS_DOT_ISA` accepts.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DotIsa::Scalar => "scalar",
-            DotIsa::Avx2 => "avx2",
-            DotIsa::AvxVnni => "avxvnni",
-            DotIsa::Avx512 => "avx512",
-            DotIsa::Avx512Vnni => "avx512vnni",
-            DotIsa::Avx512Bf16 => "avx512bf16",
-            DotIsa::Amx => "amx",
-        }
-    }
-
-    /// Parses a name as `KEEPALLOC_KERNELS_DOT_ISA` spells it (case-insensitive).
-    pub fn from_name(name: &str) -> Option<DotIsa> {
-        DotIsa::ALL
-            .into_iter()
-            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
-    }
-
-    /// True when this CPU can run the kernels of `self`.
-    pub fn is_supported(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            let avx2 = || has!("avx2") && has!("fma");
-            let avx512 =
-                || has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq");
-            match self {
-                DotIsa::Scalar => true,
-                DotIsa::Avx2 => avx2(),
-                DotIsa::AvxVnni => avx2() && has!("avxvnni"),
-                DotIsa::Avx512 => avx512(),
-                DotIsa::Avx512Vnni => avx512() && has!("avx512vnni"),
-                DotIsa::Avx512Bf16 => avx512() && has!("avx512bf16"),
-                DotIsa::Amx => avx512() && has!("avx512vnni") && super::amx::supported(),
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            self == DotIsa::Scalar
-        }
-    }
-
-    /// Every dot-product instruction set this CPU supports, best first.
-    pub fn available() -> impl Iterator<Item = DotIsa> {
-        DotIsa::ALL.into_iter().filter(|isa| isa.is_supported())
-    }
-
     /// The instruction sets that have kernels for operator `kind` (`"bf16_f32"`,
     /// `"qd8_f32_qc8w"`, `"f32_qc8w"`), best first; empty for an unknown name.
     pub fn kernels_for(kind: &str) -> &'static [DotIsa] {
@@ -135,28 +51,6 @@ impl DotIsa {
             "f32_qc8w" => kernels(Kind::F32Qc8w),
             _ => &[],
         }
-    }
-
-    fn to_code(self) -> u8 {
-        match self {
-            DotIsa::Scalar => 2,
-            DotIsa::Avx2 => 3,
-            DotIsa::AvxVnni => 4,
-            DotIsa::Avx512 => 5,
-            DotIsa::Avx512Vnni => 6,
-            DotIsa::Avx512Bf16 => 7,
-            DotIsa::Amx => 8,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<DotIsa> {
-        DotIsa::ALL.into_iter().find(|isa| isa.to_code() == code)
-    }
-}
-
-impl fmt::Display for DotIsa {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

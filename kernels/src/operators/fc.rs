@@ -467,7 +467,7 @@ const MIN_PARALLEL_FLOPS_ZEN4: usize = 1 << 17;
 /// [`MIN_PARALLEL_FLOPS_ZEN4`] on an AMD CPU before Zen 5, [`MIN_PARALLEL_FLOPS`] elsewhere
 /// (the Xeon's figure; Zen 5 was measured at or above current XNNPACK at two threads with
 /// it).
-fn min_parallel_flops(c: gemm::Caches) -> usize {
+fn min_parallel_flops(c: crate::cpu::Caches) -> usize {
     if c.amd && !c.zen5 {
         MIN_PARALLEL_FLOPS_ZEN4
     } else {
@@ -563,7 +563,15 @@ impl Grid {
     /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256
     /// +10–15%, 1×1536×1536 +33%, 1×4096×4096 +4–5%.
     pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
-        Grid::with_min_flops(m, k, n, nr, mr, threads, min_parallel_flops(gemm::caches()))
+        Grid::with_min_flops(
+            m,
+            k,
+            n,
+            nr,
+            mr,
+            threads,
+            min_parallel_flops(crate::cpu::caches()),
+        )
     }
 
     /// [`Grid::new`] with runs below `min_flops` kept on one thread.
@@ -782,8 +790,7 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::{
-        Grid, GridCache, MAX_TASKS, MIN_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS_ZEN4, gemm,
-        min_parallel_flops,
+        Grid, GridCache, MAX_TASKS, MIN_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS_ZEN4, min_parallel_flops,
     };
 
     #[test]
@@ -887,11 +894,11 @@ mod tests {
 
     #[test]
     fn the_threshold_follows_the_cpu() {
-        use crate::gemm::test_cpus::{XEON, ZEN4, ZEN5};
+        use crate::cpu::test_cpus::{XEON, ZEN4, ZEN5};
         assert_eq!(min_parallel_flops(ZEN4), MIN_PARALLEL_FLOPS_ZEN4);
         assert_eq!(min_parallel_flops(XEON), MIN_PARALLEL_FLOPS);
         assert_eq!(min_parallel_flops(ZEN5), MIN_PARALLEL_FLOPS);
-        let unknown = gemm::Caches { amd: false, ..ZEN4 };
+        let unknown = crate::cpu::Caches { amd: false, ..ZEN4 };
         assert_eq!(min_parallel_flops(unknown), MIN_PARALLEL_FLOPS);
     }
 
