@@ -12,6 +12,7 @@ mod install;
 mod loom;
 mod mutants;
 mod ort_campaign;
+mod process;
 mod runtimes;
 mod sanitizers;
 mod snippets;

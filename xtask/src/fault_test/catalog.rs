@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::schedule;
-
 /// A named thing with a one-line summary (a scenario, a window).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct Named {
@@ -169,12 +167,12 @@ pub fn read(
     let mut cmd = Command::new(harness);
     cmd.arg("--list")
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let end = schedule::run_process(cmd, timeout)?;
+    let end = crate::process::run_process(cmd, timeout)?;
     if end.timed_out || end.code != Some(0) {
         let why = if end.timed_out {
             "timed out".to_string()
         } else {
-            schedule::describe_exit(&end)
+            crate::process::describe_exit(&end)
         };
         return Err(format!(
             "`{} --list` failed ({why}): {}\n(the harness must answer `--list`; is it older \

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::schedule::{RunEnd, signal_name};
+use crate::process::{RunEnd, signal_name};
 
 /// Exit code AddressSanitizer is told to use (`ASAN_OPTIONS=exitcode=`).
 pub const ASAN_EXIT: i32 = 30;

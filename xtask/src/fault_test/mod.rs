@@ -190,7 +190,7 @@ fn execute(harness: &Path, o: &Options) -> Result<(Vec<Row>, Report), String> {
             .envs(o.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd
     };
-    let judge = |task: usize, end: schedule::RunEnd| {
+    let judge = |task: usize, end: crate::process::RunEnd| {
         let row = &planned[task % row_count];
         let expected = Expected {
             scenario: &row.scenario,

@@ -1,106 +1,16 @@
-//! Running harness processes: one at a time with a timeout ([`run_process`]), or a whole
-//! campaign on a pool of workers with progress on stderr ([`run_all`]).
+//! Running a whole campaign of harness processes on a pool of workers with progress on
+//! stderr ([`run_all`]); each one through [`crate::process::run_process`].
 //!
 //! Every run is a fresh process: the library under test captures its allocator table once
 //! per process, so one process can only ever show one cold start.
 
-use std::io::{Read, Write};
-use std::process::{Command, ExitStatus, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How one process ended and what it printed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunEnd {
-    /// Its exit code, when it exited.
-    pub code: Option<i32>,
-    /// The signal that killed it, when one did.
-    pub signal: Option<i32>,
-    /// It outlived its timeout and was killed.
-    pub timed_out: bool,
-    /// Everything it printed on stdout.
-    pub stdout: String,
-    /// Everything it printed on stderr.
-    pub stderr: String,
-}
-
-/// Runs `cmd` (stdin closed, stdout and stderr captured), killing it after `timeout`.
-pub fn run_process(mut cmd: Command, timeout: Duration) -> Result<RunEnd, String> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start {:?}: {e}", cmd.get_program()))?;
-    let mut out_pipe = child.stdout.take().expect("stdout is piped");
-    let mut err_pipe = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = out_pipe.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err_pipe.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let started = Instant::now();
-    let mut pause = Duration::from_micros(100);
-    let (status, timed_out) = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break (status, false);
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            break (child.wait().map_err(|e| e.to_string())?, true);
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(5));
-    };
-    Ok(RunEnd {
-        code: status.code(),
-        signal: signal_of(&status),
-        timed_out,
-        stdout: out_reader.join().unwrap_or_default(),
-        stderr: err_reader.join().unwrap_or_default(),
-    })
-}
-
-#[cfg(unix)]
-fn signal_of(status: &ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    status.signal()
-}
-
-#[cfg(not(unix))]
-fn signal_of(_: &ExitStatus) -> Option<i32> {
-    None
-}
-
-/// The usual name of a signal that ends a crashing process.
-pub fn signal_name(signal: i32) -> String {
-    match signal {
-        4 => "SIGILL".into(),
-        6 => "SIGABRT".into(),
-        7 => "SIGBUS".into(),
-        8 => "SIGFPE".into(),
-        9 => "SIGKILL".into(),
-        11 => "SIGSEGV".into(),
-        15 => "SIGTERM".into(),
-        n => format!("signal-{n}"),
-    }
-}
-
-/// `exit 3`, `killed by SIGSEGV`, `timed out`.
-pub fn describe_exit(end: &RunEnd) -> String {
-    match (end.timed_out, end.signal, end.code) {
-        (true, _, _) => "timed out".into(),
-        (_, Some(s), _) => format!("killed by {}", signal_name(s)),
-        (_, _, Some(c)) => format!("exit {c}"),
-        _ => "ended without a status".into(),
-    }
-}
+use crate::process::{RunEnd, run_process};
 
 /// Runs `total` processes, the i-th built by `command(i)`, on `jobs` workers, each with
 /// `timeout`, and hands each end to `judge` (on the worker, so big outputs are not kept).
@@ -207,32 +117,6 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", script]);
         cmd
-    }
-
-    #[test]
-    fn captures_output_exit_codes_and_signals() {
-        let end = run_process(
-            sh("echo out; echo err >&2; exit 7"),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        assert_eq!(
-            (end.code, end.signal, end.timed_out),
-            (Some(7), None, false)
-        );
-        assert_eq!(
-            (end.stdout.as_str(), end.stderr.as_str()),
-            ("out\n", "err\n")
-        );
-        let killed = run_process(sh("kill -SEGV $$"), Duration::from_secs(10)).unwrap();
-        assert_eq!((killed.code, killed.signal), (None, Some(11)));
-        assert_eq!(describe_exit(&killed), "killed by SIGSEGV");
-    }
-
-    #[test]
-    fn kills_a_run_that_outlives_its_timeout() {
-        let end = run_process(sh("exec sleep 30"), Duration::from_millis(200)).unwrap();
-        assert!(end.timed_out);
     }
 
     #[test]

@@ -1,0 +1,343 @@
+//! `cargo xtask miri`: the allocator and provider tests under Miri, then the kernels pool and
+//! its mutants under Miri's data-race detector, judged by the race Miri reports.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use super::nightly::{Require, nightly_available, nightly_cargo, probe};
+use super::pool::{POOL_SLOT_WITNESS_TEST, POOL_SOURCE, POOL_WITNESS_TEST, pool_mutant_config};
+use crate::util;
+
+pub(super) const MIRI_HELP: &str = "\
+usage: cargo xtask miri [--full] [--require] [args for `cargo miri test`]
+
+Runs keepalloc-allocators' and keepalloc-provider's tests, then two of the kernels
+pool's, under Miri (nightly, components miri and rust-src: `rustup component add miri
+rust-src --toolchain nightly`), with MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS
+is set. Target dir: target/miri.
+
+By default (and in CI) it runs a stated subset: every test of both packages (lib,
+integration tests, doc tests) except these three, which together take over 20 minutes
+under Miri on 2 cores:
+  - conformance::default_backend_is_the_feature_selected_one: the conformance suite with
+    the heavier QUICK options on System, the default backend (`system` runs the suite on
+    System and its table with Miri's options; ~180 s)
+  - the doc test of allocators/src/conformance.rs: the suite with QUICK options on
+    Counting<System> (`counting_system_balances` runs it with Miri's options; ~150 s)
+  - observers::allocate_zeroed_zeroes_memory_that_was_dirty: dirties, frees and checks
+    1 MiB blocks byte by byte, 4 rounds a size (~19 min; natively it runs in
+    `cargo test`)
+The subset takes about 5 minutes on a busy 2-core machine from a clean target dir (build
+and `cargo miri setup` included); everything took 22 minutes.
+
+Then, with or without --full, the kernels pool: its tests
+what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_next_job
+under Miri's data-race detector (the other pool tests are too slow under Miri or reach
+inline assembly), and the same two built as the pool's done_relaxed mutant (a worker
+counts its finished tasks with a relaxed add). The pool must pass; the mutant must fail
+with Miri's data race between a pool worker and the test's thread in kernels/src/pool.rs.
+A mutant that passes, or fails any other way (inconclusive), fails the command.
+
+  --full      run everything, the three above included
+  --require   fail instead of printing `skipped` when nightly, miri or rust-src is
+              missing (implied by CI=true)
+";
+
+/// Test-name filters (`--skip`) of the default subset: see [`MIRI_HELP`].
+pub(super) const MIRI_SKIPPED: [&str; 3] = [
+    "default_backend_is_the_feature_selected_one",
+    "src/conformance.rs",
+    "allocate_zeroed_zeroes_memory_that_was_dirty",
+];
+
+/// `cargo xtask miri [--full] [args for cargo miri test]`: the allocator and provider tests
+/// under Miri (a stated subset unless `--full`).
+pub fn miri(args: &[String]) -> Result<(), String> {
+    let (require, mut args) = Require::take(args);
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{MIRI_HELP}");
+        return Ok(());
+    }
+    let full = args.iter().any(|a| a == "--full");
+    args.retain(|a| a != "--full");
+    if !full {
+        if !args.iter().any(|a| a == "--") {
+            args.push("--".into());
+        }
+        for name in MIRI_SKIPPED {
+            args.extend(["--skip".to_string(), name.to_string()]);
+        }
+    }
+    if let Err(why) = nightly_available() {
+        return require.skipped("miri", &why);
+    }
+    let mut probe_cmd = nightly_cargo();
+    probe_cmd.args(["miri", "--version"]);
+    if let Err(why) = probe(probe_cmd) {
+        return require.skipped(
+            "miri",
+            &format!(
+                "the nightly toolchain has no miri component \
+                 (`rustup component add miri rust-src --toolchain nightly`): {why}"
+            ),
+        );
+    }
+    let mut sysroot = nightly_cargo();
+    sysroot.args(["miri", "setup"]);
+    if let Err(why) = probe(sysroot) {
+        return require.skipped(
+            "miri",
+            &format!("`cargo miri setup` failed (is rust-src installed?): {why}"),
+        );
+    }
+    eprintln!(
+        "miri: {}",
+        if full {
+            "everything (--full)".to_string()
+        } else {
+            format!("the subset: all but {MIRI_SKIPPED:?} (--full runs them too)")
+        }
+    );
+    let mut cmd = nightly_cargo();
+    cmd.args([
+        "miri",
+        "test",
+        "-p",
+        "keepalloc-allocators",
+        "-p",
+        "keepalloc-provider",
+    ])
+    .args(&args)
+    .env("CARGO_TARGET_DIR", util::root().join("target").join("miri"));
+    // Miri checks the strict provenance model and many threads slowly; isolation off so
+    // tests may read the clock.
+    cmd.env(
+        "MIRIFLAGS",
+        std::env::var("MIRIFLAGS").unwrap_or_else(|_| "-Zmiri-disable-isolation".into()),
+    );
+    let started = Instant::now();
+    let result = util::run(&mut cmd);
+    eprintln!("miri: took {:.0} s", started.elapsed().as_secs_f64());
+    result?;
+    miri_pool()
+}
+
+/// The kernels pool's tests that run under Miri: the one whose tasks write what the caller
+/// reads after `run`, the one that hands a sleeping worker its next job, and the one whose
+/// worker finds nothing to claim. The others do not fit:
+/// `ranges_cover_every_task_exactly_once_and_our_pool_hands_out_runs` ran past 12 minutes,
+/// and the operator tests reach inline assembly, which Miri cannot run.
+pub(super) const MIRI_POOL_TESTS: [&str; 3] = [
+    POOL_WITNESS_TEST,
+    "a_sleeping_worker_is_woken_by_the_next_job",
+    POOL_SLOT_WITNESS_TEST,
+];
+
+/// The pool's mutants under Miri, each with the test that must fail with its data race.
+pub(super) const MIRI_POOL_MUTANTS: [(&str, &str); 2] = [
+    ("done_relaxed", POOL_WITNESS_TEST),
+    ("job_before_claim", POOL_SLOT_WITNESS_TEST),
+];
+
+/// How the `job_before_claim` mutant's early read of the job slot begins in
+/// `kernels/src/pool.rs` (the one line there that binds `early`).
+pub(super) const SLOT_EARLY_READ: &str = "let early = ";
+
+/// `cargo miri test` of `tests` in the pool's test file, as the pool is or as `mutant`.
+pub(super) fn miri_pool_command(mutant: Option<&str>, tests: &[&str]) -> Command {
+    let mut cmd = nightly_cargo();
+    cmd.args(["miri", "test", "-p", "keepalloc-kernels", "--test", "pool"]);
+    if let Some(mutant) = mutant {
+        // The `dev` profile is the one `cargo miri test` builds with.
+        cmd.args(["-Zprofile-rustflags", "--config"])
+            .arg(pool_mutant_config("dev", mutant));
+    }
+    cmd.arg("--")
+        .args(tests)
+        .args(["--exact", "--test-threads", "1"]);
+    let flags = std::env::var("MIRIFLAGS").unwrap_or_else(|_| "-Zmiri-disable-isolation".into());
+    cmd.env("CARGO_TARGET_DIR", util::root().join("target").join("miri"))
+        // The tests' deadlock watchdog reads the real clock (isolation off), and Miri runs
+        // the pool thousands of times slower than the machine: the watchdog is moved out of
+        // the way. Forwarded explicitly too, for a MIRIFLAGS that keeps isolation on.
+        .env(
+            "MIRIFLAGS",
+            format!("{flags} -Zmiri-env-forward=KEEPALLOC_TEST_DEADLOCK_SECS"),
+        )
+        .env("KEEPALLOC_TEST_DEADLOCK_SECS", "100000")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// One access of a data race as Miri reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct MiriAccess {
+    /// "non-atomic read", "retag read", "deallocation", ...
+    pub(super) what: String,
+    /// The thread's name (truncated to 15 bytes) or `unnamed-N`.
+    pub(super) thread: String,
+    /// `file:line` of the access, if Miri gave it.
+    pub(super) at: Option<String>,
+}
+
+/// The first data race Miri reports in `stderr`: access (1), the earlier one, and (2).
+pub(super) fn parse_miri_race(stderr: &str) -> Option<(MiriAccess, MiriAccess)> {
+    const HEADER: &str = "Undefined Behavior: Data race detected between (1) ";
+    let lines: Vec<&str> = stderr.lines().collect();
+    let h = lines.iter().position(|l| l.contains(HEADER))?;
+    // "(1) WHAT on thread `T1` and (2) WHAT on thread `T2` at allocN"
+    let rest = &lines[h][lines[h].find(HEADER)? + HEADER.len()..];
+    let access = |text: &str| -> Option<(String, String)> {
+        let (what, thread) = text.split_once(" on thread `")?;
+        Some((what.to_string(), thread.split('`').next()?.to_string()))
+    };
+    let (first, second) = rest.split_once("` and (2) ")?;
+    let (what1, thread1) = access(&format!("{first}`"))?;
+    let (what2, thread2) = access(second)?;
+    // `file:line` of a ` --> file:line:col` line.
+    let place = |line: &str| {
+        let path = line.trim().strip_prefix("--> ")?;
+        let mut parts = path.rsplitn(3, ':');
+        let _col = parts.next()?;
+        let line = parts.next()?;
+        Some(format!("{}:{line}", parts.next()?))
+    };
+    // (2)'s place is the first after the header; (1)'s follows "and (1) occurred earlier".
+    let at2 = lines[h + 1..].iter().find_map(|l| place(l));
+    let earlier = lines[h..]
+        .iter()
+        .position(|l| l.contains("(1) occurred earlier here"))
+        .map(|i| h + i);
+    let at1 = earlier.and_then(|e| lines.get(e + 1).and_then(|l| place(l)));
+    Some((
+        MiriAccess {
+            what: what1,
+            thread: thread1,
+            at: at1,
+        },
+        MiriAccess {
+            what: what2,
+            thread: thread2,
+            at: at2,
+        },
+    ))
+}
+
+/// Whether Miri's report in `stderr` is the pool mutant `mutant`'s own bug, found with the
+/// test `test`; `early_read` is the `file:line` of the `job_before_claim` mutant's read.
+///
+/// Both mutants leave something a worker did during a job unordered before the caller's
+/// return from `run`, and the first race Miri meets is the same shape: (1) an access on a
+/// pool worker (Miri names them `unnamed-N`) in the pool, racing with (2) the deallocation
+/// of `run`'s frame on the test's own thread, in the pool. For `done_relaxed` (1) is the
+/// worker's use of the task (the relaxed count of finished tasks orders nothing); for
+/// `job_before_claim` it must be the early read of the job slot itself.
+pub(super) fn miri_pool_race(
+    stderr: &str,
+    mutant: &str,
+    test: &str,
+    early_read: &str,
+) -> Option<String> {
+    let (first, second) = parse_miri_race(stderr)?;
+    let in_pool = |a: &MiriAccess| {
+        a.at.as_deref()
+            .is_some_and(|at| at.starts_with(POOL_SOURCE))
+    };
+    // Miri truncates a thread's name to 15 bytes, as Linux does.
+    let on_test = !second.thread.is_empty() && test.starts_with(&second.thread);
+    let shape = first.thread.starts_with("unnamed-")
+        && in_pool(&first)
+        && on_test
+        && second.what == "deallocation"
+        && in_pool(&second);
+    let own = match mutant {
+        "job_before_claim" => first.at.as_deref() == Some(early_read),
+        _ => first.at.as_deref() != Some(early_read),
+    };
+    (shape && own).then(|| {
+        format!(
+            "(1) {} on `{}` at {}, (2) {} on `{}` at {}",
+            first.what,
+            first.thread,
+            first.at.as_deref().unwrap_or("?"),
+            second.what,
+            second.thread,
+            second.at.as_deref().unwrap_or("?")
+        )
+    })
+}
+
+/// The `file:line` of the `job_before_claim` mutant's early read, found in the source.
+pub(super) fn slot_early_read() -> Result<String, String> {
+    let path = util::root().join("kernels/src/pool.rs");
+    let source = std::fs::read_to_string(&path)
+        .map_err(|e| format!("miri: reading {}: {e}", path.display()))?;
+    let lines: Vec<usize> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with(SLOT_EARLY_READ))
+        .map(|(i, _)| i + 1)
+        .collect();
+    match lines[..] {
+        [line] => Ok(format!("{POOL_SOURCE}{line}")),
+        _ => Err(format!(
+            "miri: kernels/src/pool.rs should have one line starting `{SLOT_EARLY_READ}`, has {}",
+            lines.len()
+        )),
+    }
+}
+
+/// The pool under Miri: [`MIRI_POOL_TESTS`] pass as the pool is, and each of
+/// [`MIRI_POOL_MUTANTS`] fails its test with its own data race (any other failure is
+/// inconclusive and fails the command; so does a mutant that passes).
+pub(super) fn miri_pool() -> Result<(), String> {
+    let early_read = slot_early_read()?;
+    let started = Instant::now();
+    eprintln!("miri: the kernels pool: {MIRI_POOL_TESTS:?}");
+    let out = miri_pool_command(None, &MIRI_POOL_TESTS)
+        .output()
+        .map_err(|e| format!("miri: could not run cargo miri for the pool: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = format!("test result: ok. {} passed", MIRI_POOL_TESTS.len());
+    if !out.status.success() || !stdout.contains(&expected) {
+        return Err(format!(
+            "miri: the kernels pool failed ({}; expected `{expected}`)\n--- stdout\n{stdout}--- stderr\n{stderr}",
+            out.status
+        ));
+    }
+    eprintln!(
+        "miri: the kernels pool: {expected} ({:.0} s)",
+        started.elapsed().as_secs_f64()
+    );
+    for (mutant, test) in MIRI_POOL_MUTANTS {
+        let started = Instant::now();
+        let out = miri_pool_command(Some(mutant), &[test])
+            .output()
+            .map_err(|e| format!("miri: could not run cargo miri for the {mutant} mutant: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return Err(format!(
+                "miri: the pool's {mutant} mutant was not caught: {test} passed\n--- stdout\n{stdout}"
+            ));
+        }
+        match miri_pool_race(&stderr, mutant, test, &early_read) {
+            Some(report) => eprintln!(
+                "miri: the pool's {mutant} mutant: {test} caught by its data race ({:.0} s): {report}",
+                started.elapsed().as_secs_f64()
+            ),
+            None => {
+                return Err(format!(
+                    "miri: the pool's {mutant} mutant failed {test} without its signature (a \
+                     data race between a pool worker's access and the deallocation of run's \
+                     frame on the test's thread, both in kernels/src/pool.rs; for \
+                     job_before_claim the worker's access at {early_read}): inconclusive \
+                     ({})\n--- stdout\n{stdout}--- stderr\n{stderr}",
+                    out.status
+                ));
+            }
+        }
+    }
+    Ok(())
+}
