@@ -80,6 +80,7 @@ mod pack;
 mod pool;
 mod pthreadpool;
 mod selftest;
+mod tuning;
 
 pub use buffer::ALIGNMENT;
 pub use error::KernelError;
