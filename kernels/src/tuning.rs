@@ -1,6 +1,7 @@
 //! Every per-CPU threshold and tuning rule of the kernels, in one place: what a rule decides
 //! from the CPU's caches and vendor ([`crate::cpu`]) and the problem's shape. The drivers
-//! (`gemm`, `lowp`, the f32 operator's grid) call these and hold no thresholds of their own.
+//! (`gemm`, `lowp`, the f32 operator's grid) call these and hold no per-CPU thresholds of
+//! their own.
 
 use core::ops::Range;
 
@@ -234,4 +235,97 @@ pub(crate) fn blocking(isa: Isa, s: &Shape, k: usize, c: Caches) -> (usize, usiz
     let panel_block = kc * s.nr * size_of::<f32>();
     // An even count, so that two-panel calls never leave one panel alone in a block.
     (0, (l2 / 2 / panel_block).max(2) & !1)
+}
+
+// The f32 operator: when a run is worth cutting over threads.
+
+/// Floating-point operations below which a whole run stays on the calling thread (see
+/// [`min_parallel_flops`]). Handing work to the pool and waiting for it cost about 1.3 µs a
+/// run on the Xeon this was measured on (16×32×256, 262 Kflop: 1.8 µs on one thread, 3.1 µs
+/// on two), so a second thread only paid once half the run took longer than that:
+/// 16×64×256 (524 Kflop) tied (3.6 against 4.0 µs and 5.1 against 4.6 in two runs),
+/// 16×64×512 (1 Mflop) was 1.3–1.8× faster on two.
+pub(crate) const MIN_PARALLEL_FLOPS: usize = 1 << 19;
+
+/// [`MIN_PARALLEL_FLOPS`] on Zen 4 (AMD family 0x19), where a hand-off costs a fraction of
+/// that: two threads against one (`cargo run --release -p keepalloc-kernels-bench
+/// --example output_alignment -- --shape S --rounds 150`, with throwaway code setting the
+/// threshold at run time, median of the rounds' ratios) 16×32×256 1.23×, 4×128×256 1.41×,
+/// 1×256×256 1.41× (262, 262 and 131 Kflop), 1×512×256 1.68×; at 65 Kflop it stops paying:
+/// 1×128×256 1.13×, 2×128×128 0.89×. Batch 1 at 1×256×256 matters: current XNNPACK on a
+/// two-thread pthreadpool cuts it, and in `cargo xtask bench --threads 2` reached 1.3–1.5×
+/// keepalloc's one-thread run in some runs.
+pub(crate) const MIN_PARALLEL_FLOPS_ZEN4: usize = 1 << 17;
+
+/// The floating-point operations below which a run stays on the calling thread on CPU `c`:
+/// [`MIN_PARALLEL_FLOPS_ZEN4`] on an AMD CPU before Zen 5, [`MIN_PARALLEL_FLOPS`] elsewhere
+/// (the Xeon's figure; Zen 5 was measured at or above current XNNPACK at two threads with
+/// it).
+pub(crate) fn min_parallel_flops(c: crate::cpu::Caches) -> usize {
+    if c.amd && !c.zen5 {
+        MIN_PARALLEL_FLOPS_ZEN4
+    } else {
+        MIN_PARALLEL_FLOPS
+    }
+}
+
+// The low-precision operators.
+
+/// True on Intel cores, where `vdpbf16ps` zmm does half the multiply-adds per cycle of
+/// `vfmadd231ps` zmm (measured on this machine's Xeon: 1.3 G/s against 5.4 G/s, two
+/// products per lane against one), so widening bf16 to f32 and using two FMAs
+/// (`DotIsa::Avx512`) does twice the work per cycle. Elsewhere (AMD Zen 4) `vdpbf16ps` keeps its place as the best.
+pub(crate) fn bf16_dot_is_half_rate() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // `cpuid` leaf 0 exists on every x86-64 CPU.
+        let id = core::arch::x86_64::__cpuid(0);
+        (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) // "GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Packed weights per N block. 256 KiB measured best of 128 KiB – 1 GiB on
+/// qd8 128x4096x4096 (291-314 GOPS against 230-250 at 1 MiB, noisy shared machine); bf16 was
+/// indifferent (bound by `vdpbf16ps` throughput at every size).
+pub(crate) const LOWP_N_BLOCK_BYTES: usize = 256 << 10;
+
+/// Packed weights above which batch 1 is DRAM-bound and prefetches (half of a 32 MiB L3).
+pub(crate) const LOWP_GEMV_PREFETCH_ABOVE: usize = 16 << 20;
+
+/// Prefetch distance of a DRAM-bound batch 1.
+pub(crate) const LOWP_GEMV_PREFETCH_BYTES: isize = 16 << 10;
+
+/// qd8: quantized A bytes per row chunk (half of a 2 MiB L2): the chunk's rows are read
+/// once per panel.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const QD8_A_BYTES: usize = 1 << 20;
+
+/// Packed weights above which the first row tile of each slice blocked_prefetches the next slice
+/// into L2 (below, they stay in L2 between runs and the blocked_prefetches only take load slots).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const BLOCKED_PREFETCH_ABOVE: usize = 1 << 20;
+
+/// Whether a job of `m` rows over `packed` bytes of weights blocked_prefetches the next slice: with
+/// weights beyond L2, and rows enough (`from_rows`) that each slice is worked on long enough
+/// for the prefetch to pay. bf16 blocked_prefetches from 2 rows, qd8 from a full VNNI tile of 6.
+///
+/// Fewer rows stream each slice about as fast as the L2 hardware prefetcher brings it, and
+/// the blocked_prefetches only take load slots. Measured with throwaway code that switched the rule
+/// at run time (40–60 rounds alternating, outputs identical; 1536 and 4096 square weights),
+/// without the blocked_prefetches (each figure one run's median ratio; runs of the same case differ
+/// by up to 5%):
+/// * batch 1: 1.5–5% faster, qd8 and bf16, 8 runs of 8;
+/// * qd8, 2–5 rows: 1–6% faster, 11 of 11; 6 rows: -2.4% to +1.4%, 4 runs; 7, 8 and 12
+///   rows: 4–9% slower, 3 runs;
+/// * bf16, 2 rows: -7% to +7%, 6 runs, no clear sign; 3–4 rows: 3–8% slower in 6 of 8 (the
+///   other two 2% and 6% faster).
+///
+/// So batch 1 never blocked_prefetches, qd8 starts at a full tile and bf16 at 2 rows.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn blocked_prefetches(m: usize, from_rows: usize, packed: usize) -> bool {
+    m >= from_rows && packed > BLOCKED_PREFETCH_ABOVE
 }

@@ -44,6 +44,7 @@
 use core::arch::x86_64::*;
 
 use super::{DotIsa, Job, Kind, RowQuant, panel_bytes, quant};
+use crate::tuning::{QD8_A_BYTES, blocked_prefetches};
 
 /// bf16: columns per panel (the packing's NR on AVX-512).
 const NR: usize = 32;
@@ -68,32 +69,6 @@ const QD8_MC: usize = 128;
 /// Aligned stack storage of a qd8 chunk's i32 partial sums.
 #[repr(C, align(64))]
 struct Partial([i32; QD8_MC * NR_QD8]);
-/// qd8: quantized A bytes per row chunk (half of a 2 MiB L2): the chunk's rows are read
-/// once per panel.
-const QD8_A_BYTES: usize = 1 << 20;
-/// Packed weights above which the first row tile of each slice prefetches the next slice
-/// into L2 (below, they stay in L2 between runs and the prefetches only take load slots).
-const PREFETCH_ABOVE: usize = 1 << 20;
-
-/// Whether a job of `m` rows over `packed` bytes of weights prefetches the next slice: with
-/// weights beyond L2, and rows enough (`from_rows`) that each slice is worked on long enough
-/// for the prefetch to pay. bf16 prefetches from 2 rows, qd8 from a full VNNI tile of 6.
-///
-/// Fewer rows stream each slice about as fast as the L2 hardware prefetcher brings it, and
-/// the prefetches only take load slots. Measured with throwaway code that switched the rule
-/// at run time (40–60 rounds alternating, outputs identical; 1536 and 4096 square weights),
-/// without the prefetches (each figure one run's median ratio; runs of the same case differ
-/// by up to 5%):
-/// * batch 1: 1.5–5% faster, qd8 and bf16, 8 runs of 8;
-/// * qd8, 2–5 rows: 1–6% faster, 11 of 11; 6 rows: -2.4% to +1.4%, 4 runs; 7, 8 and 12
-///   rows: 4–9% slower, 3 runs;
-/// * bf16, 2 rows: -7% to +7%, 6 runs, no clear sign; 3–4 rows: 3–8% slower in 6 of 8 (the
-///   other two 2% and 6% faster).
-///
-/// So batch 1 never prefetches, qd8 starts at a full tile and bf16 at 2 rows.
-fn prefetches(m: usize, from_rows: usize, packed: usize) -> bool {
-    m >= from_rows && packed > PREFETCH_ABOVE
-}
 
 /// bf16: bytes of one packed pair row of a panel.
 const ROW: usize = 4 * NR;
@@ -212,7 +187,7 @@ pub(super) unsafe fn bf16(job: &Job) {
     let panel = panel_bytes(Kind::Bf16F32, NR, job.k);
     let panels = job.n.div_ceil(NR);
     let pairs = job.k.div_ceil(2);
-    let prefetch = prefetches(job.m, 2, panel * panels);
+    let prefetch = blocked_prefetches(job.m, 2, panel * panels);
     // Uninitialized: each row's slice is written (widen) before the kernels read it.
     let mut chunk = core::mem::MaybeUninit::<Chunk>::uninit();
     let chunk_ptr = chunk.as_mut_ptr().cast::<f32>();
@@ -622,7 +597,7 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
     // Rows per chunk: their quantized A (read once per panel) stays within half of L2, and
     // their partial sums within the stack buffer.
     let chunk = (QD8_A_BYTES / job.lda).clamp(MR_QD8, QD8_MC);
-    let prefetch = prefetches(job.m, MR_QD8, panel * panels);
+    let prefetch = blocked_prefetches(job.m, MR_QD8, panel * panels);
     // Uninitialized: the first K block of every tile writes its rows before any read.
     let mut part = core::mem::MaybeUninit::<Partial>::uninit();
     let part = part.as_mut_ptr().cast::<i32>();
@@ -959,16 +934,19 @@ mod tests {
     fn only_enough_rows_over_a_mebibyte_of_weights_prefetch() {
         // The rule only changes speed (prefetches never change a result), so the rule
         // itself is what is pinned.
-        use super::{MR_QD8, prefetches};
-        assert!(!prefetches(1, 2, 64 << 20), "bf16 batch 1 streams");
-        assert!(prefetches(2, 2, (1 << 20) + 1));
-        assert!(!prefetches(2, 2, 1 << 20), "weights that stay in L2");
+        use super::{MR_QD8, blocked_prefetches};
+        assert!(!blocked_prefetches(1, 2, 64 << 20), "bf16 batch 1 streams");
+        assert!(blocked_prefetches(2, 2, (1 << 20) + 1));
         assert!(
-            !prefetches(5, MR_QD8, 64 << 20),
+            !blocked_prefetches(2, 2, 1 << 20),
+            "weights that stay in L2"
+        );
+        assert!(
+            !blocked_prefetches(5, MR_QD8, 64 << 20),
             "qd8 below a full tile streams"
         );
-        assert!(prefetches(6, MR_QD8, 2 << 20));
-        assert!(prefetches(128, MR_QD8, 16 << 20));
+        assert!(blocked_prefetches(6, MR_QD8, 2 << 20));
+        assert!(blocked_prefetches(128, MR_QD8, 16 << 20));
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl DotIsa {
 /// The instruction sets with kernels for `kind`, best first on this CPU.
 pub(crate) fn kernels(kind: Kind) -> &'static [DotIsa] {
     match kind {
-        Kind::Bf16F32 if bf16_dot_is_half_rate() => &[
+        Kind::Bf16F32 if crate::tuning::bf16_dot_is_half_rate() => &[
             DotIsa::Amx,
             DotIsa::Avx512,
             DotIsa::Avx512Bf16,
@@ -79,23 +79,6 @@ pub(crate) fn kernels(kind: Kind) -> &'static [DotIsa] {
             DotIsa::Scalar,
         ],
         Kind::F32Qc8w => &[DotIsa::Avx512, DotIsa::Avx2, DotIsa::Scalar],
-    }
-}
-
-/// True on Intel cores, where `vdpbf16ps` zmm does half the multiply-adds per cycle of
-/// `vfmadd231ps` zmm (measured on this machine's Xeon: 1.3 G/s against 5.4 G/s, two
-/// products per lane against one), so widening bf16 to f32 and using two FMAs
-/// (`DotIsa::Avx512`) does twice the work per cycle. Elsewhere (AMD Zen 4) `vdpbf16ps` keeps its place as the best.
-fn bf16_dot_is_half_rate() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // `cpuid` leaf 0 exists on every x86-64 CPU.
-        let id = core::arch::x86_64::__cpuid(0);
-        (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) // "GenuineIntel"
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 

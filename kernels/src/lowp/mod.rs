@@ -50,6 +50,7 @@ pub(crate) use isa::{Kind, choose, forced};
 pub(crate) use pack::{pack_bf16, pack_f32_qc8w, pack_qd8, panel_bytes, panel_bytes_checked};
 
 use crate::gemm::row_tiles;
+use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};
 
 /// Per-row quantization of a qd8 activation row as the kernels read it: the zero point
 /// plus 128 (the activations are stored as `q + 128`, unsigned, for `vpdpbusd`) and the
@@ -147,15 +148,6 @@ pub(crate) fn quantizes_in_driver(isa: DotIsa) -> bool {
     cfg!(target_arch = "x86_64") && matches!(isa, DotIsa::Avx512Vnni | DotIsa::Amx)
 }
 
-/// Packed weights per N block. 256 KiB measured best of 128 KiB – 1 GiB on
-/// qd8 128x4096x4096 (291-314 GOPS against 230-250 at 1 MiB, noisy shared machine); bf16 was
-/// indifferent (bound by `vdpbf16ps` throughput at every size).
-const N_BLOCK_BYTES: usize = 256 << 10;
-/// Packed weights above which batch 1 is DRAM-bound and prefetches (half of a 32 MiB L3).
-const PREFETCH_ABOVE: usize = 16 << 20;
-/// Prefetch distance of a DRAM-bound batch 1.
-const PREFETCH_BYTES: isize = 16 << 10;
-
 /// Runs `job`.
 ///
 /// # Safety
@@ -184,12 +176,12 @@ pub(crate) unsafe fn run(job: &Job) {
     let panel = panel_bytes(job.kind, s.nr, job.k);
     let panels = job.n.div_ceil(s.nr);
     let total = panel * panels;
-    let pf = if job.m == 1 && total > PREFETCH_ABOVE {
-        PREFETCH_BYTES
+    let pf = if job.m == 1 && total > LOWP_GEMV_PREFETCH_ABOVE {
+        LOWP_GEMV_PREFETCH_BYTES
     } else {
         0
     };
-    let per_block = (N_BLOCK_BYTES / panel).max(1);
+    let per_block = (LOWP_N_BLOCK_BYTES / panel).max(1);
     let mut p0 = 0;
     while p0 < panels {
         let p1 = (p0 + per_block).min(panels);

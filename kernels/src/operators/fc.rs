@@ -12,6 +12,7 @@ use crate::init;
 use crate::isa::{self, Isa};
 use crate::pack::{self, Layout};
 use crate::pool::{self, Parallel};
+use crate::tuning;
 
 /// Everything `xnn_create_fully_connected_nc_f32` takes, as a value with defaults.
 ///
@@ -445,36 +446,6 @@ const TASKS_PER_THREAD: usize = 12;
 /// Rows below which a run is cut into at most one task per thread (see [`Grid::new`]).
 const STATIC_BELOW_ROWS: usize = 16;
 
-/// Floating-point operations below which a whole run stays on the calling thread (see
-/// [`min_parallel_flops`]). Handing work to the pool and waiting for it cost about 1.3 µs a
-/// run on the Xeon this was measured on (16×32×256, 262 Kflop: 1.8 µs on one thread, 3.1 µs
-/// on two), so a second thread only paid once half the run took longer than that:
-/// 16×64×256 (524 Kflop) tied (3.6 against 4.0 µs and 5.1 against 4.6 in two runs),
-/// 16×64×512 (1 Mflop) was 1.3–1.8× faster on two.
-const MIN_PARALLEL_FLOPS: usize = 1 << 19;
-
-/// [`MIN_PARALLEL_FLOPS`] on Zen 4 (AMD family 0x19), where a hand-off costs a fraction of
-/// that: two threads against one (`cargo run --release -p keepalloc-kernels-bench
-/// --example output_alignment -- --shape S --rounds 150`, with throwaway code setting the
-/// threshold at run time, median of the rounds' ratios) 16×32×256 1.23×, 4×128×256 1.41×,
-/// 1×256×256 1.41× (262, 262 and 131 Kflop), 1×512×256 1.68×; at 65 Kflop it stops paying:
-/// 1×128×256 1.13×, 2×128×128 0.89×. Batch 1 at 1×256×256 matters: current XNNPACK on a
-/// two-thread pthreadpool cuts it, and in `cargo xtask bench --threads 2` reached 1.3–1.5×
-/// keepalloc's one-thread run in some runs.
-const MIN_PARALLEL_FLOPS_ZEN4: usize = 1 << 17;
-
-/// The floating-point operations below which a run stays on the calling thread on CPU `c`:
-/// [`MIN_PARALLEL_FLOPS_ZEN4`] on an AMD CPU before Zen 5, [`MIN_PARALLEL_FLOPS`] elsewhere
-/// (the Xeon's figure; Zen 5 was measured at or above current XNNPACK at two threads with
-/// it).
-fn min_parallel_flops(c: crate::cpu::Caches) -> usize {
-    if c.amd && !c.zen5 {
-        MIN_PARALLEL_FLOPS_ZEN4
-    } else {
-        MIN_PARALLEL_FLOPS
-    }
-}
-
 /// Floating-point operations below which a piece of work is not worth handing to another
 /// thread (a wake-up and a hand-back cost about a microsecond; 32 Kflop is about half a
 /// microsecond of one core).
@@ -570,7 +541,7 @@ impl Grid {
             nr,
             mr,
             threads,
-            min_parallel_flops(crate::cpu::caches()),
+            tuning::min_parallel_flops(crate::cpu::caches()),
         )
     }
 
@@ -789,9 +760,8 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        Grid, GridCache, MAX_TASKS, MIN_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS_ZEN4, min_parallel_flops,
-    };
+    use super::{Grid, GridCache, MAX_TASKS};
+    use crate::tuning::{MIN_PARALLEL_FLOPS, MIN_PARALLEL_FLOPS_ZEN4, min_parallel_flops};
 
     #[test]
     fn the_grid_cache_gives_what_grid_new_gives_for_every_batch_and_thread_count() {
