@@ -9,7 +9,7 @@
 //!   [`gemv_alternates`](crate::tuning::gemv_alternates)).
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
 //!   for AVX-512 when the weights fit well in L3, except on Intel and Zen 5, where a row
-//!   tile's sweep outruns the L3: see [`blocking`]), K in KC steps (partial sums stored to C
+//!   tile's sweep outruns the L3: see [`blocking`](crate::tuning::blocking)), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
 //!   loop), and M in balanced row tiles of at most MR rows (AVX-512 runs a tile of 4 rows
 //!   or fewer on two panels at once, for enough accumulator chains, and on Intel tiles of
