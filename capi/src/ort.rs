@@ -11,9 +11,9 @@
 use core::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use keepalloc_onnxruntime::ffi::{OrtApiBase, OrtEnv};
 use keepalloc_onnxruntime::{Env, LIBRARY, OnnxRuntime, is_registered_on, register_on};
 use keepalloc_provider::{HookRan, ProviderError};
-use ort_sys::{OrtApiBase, OrtEnv};
 
 use crate::backend::{choose, with_provider};
 use crate::{KeepallocHookResult, KeepallocStatus, report, status_of};

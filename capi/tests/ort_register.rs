@@ -17,11 +17,11 @@ use std::sync::Barrier;
 
 use keepalloc_capi::ort::keepalloc_ort_register;
 use keepalloc_capi::{KeepallocHookResult, KeepallocStats, KeepallocStatus, keepalloc_get_stats};
+use keepalloc_onnxruntime::ffi::{OrtApi, OrtApiBase, OrtEnv};
 use keepalloc_onnxruntime::interpose::{refusing_registrations, register_calls};
 use keepalloc_onnxruntime::{
     Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, sample_inputs,
 };
-use ort_sys::{OrtApi, OrtApiBase, OrtEnv};
 
 unsafe extern "system" fn get_no_api(_version: u32) -> *const OrtApi {
     core::ptr::null()

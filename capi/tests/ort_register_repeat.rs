@@ -16,8 +16,10 @@ use std::sync::OnceLock;
 
 use keepalloc_capi::ort::keepalloc_ort_register;
 use keepalloc_capi::{KeepallocHookResult, KeepallocStatus};
+use keepalloc_onnxruntime::ffi::{
+    OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr,
+};
 use keepalloc_onnxruntime::{Env, ORT_API_VERSION, OnnxRuntime, manifest};
-use ort_sys::{OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr};
 
 /// Counts calls to the global allocator and the blocks and bytes it has live.
 struct CountingGlobal {

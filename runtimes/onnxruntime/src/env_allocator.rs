@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
+use crate::ffi::{OrtAllocator, OrtAllocatorType, OrtMemType, OrtMemoryInfo};
 use keepalloc_allocators::AllocatorTable;
-use ort_sys::{OrtAllocator, OrtAllocatorType, OrtMemType, OrtMemoryInfo};
 
 use crate::OrtError;
 use crate::runtime::{ORT_API_VERSION, OnnxRuntime};

@@ -13,7 +13,7 @@ use core::ffi::{CStr, c_char};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use ort_sys::{OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr};
+use crate::ffi::{OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr};
 
 use crate::runtime::{ORT_API_VERSION, OnnxRuntime};
 

@@ -11,10 +11,12 @@
 //! retried later with the same owner and the same face, never a second one.
 //!
 //! ONNX Runtime is loaded at run time ([`OnnxRuntime::load`], a path or `$ORT_DYLIB_PATH`),
-//! never linked: the workspace builds and its default tests pass without it. The OrtApi and
-//! OrtAllocator layouts come from `ort-sys` (bindgen output of ONNX Runtime's own header, API
-//! version 22, which every later ONNX Runtime serves); this crate calls about thirty of its
-//! functions and wraps them in [`Env`] and [`Session`].
+//! never linked: the workspace builds and its default tests pass without it. An application
+//! that already has ONNX Runtime (the `ort` crate, or C's `OrtGetApiBase()`) passes its
+//! pointers instead: [`register_with`] takes an `OrtApi*` and an `OrtEnv*`. The OrtApi slots
+//! this crate calls (about thirty) are declared in [`ffi`], checked slot by slot against
+//! `ort-sys`'s bindgen copy of ONNX Runtime's header in its tests, so no binding crate (and
+//! no `links = "onnxruntime"`) reaches a user; [`Env`] and [`Session`] wrap them.
 //!
 //! ```no_run
 //! use keepalloc_allocators::System;
@@ -34,6 +36,7 @@
 #![deny(missing_docs)]
 
 mod env_allocator;
+pub mod ffi;
 mod intern;
 pub mod interpose;
 pub mod manifest;
@@ -46,7 +49,7 @@ use std::path::PathBuf;
 pub use env_allocator::{EnvAllocator, EnvAllocatorStats, ORT_ALIGNMENT};
 pub use register::{
     LIBRARY, OTHER_ENV, is_registered_on, register_env_allocator, register_env_allocator_ex,
-    register_on,
+    register_on, register_with,
 };
 pub use runtime::{ORT_API_VERSION, OnnxRuntime};
 pub use session::{
@@ -86,6 +89,13 @@ pub enum OrtError {
     /// The model uses something this thin layer does not handle.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// A pointer given to [`register_with`] is NULL (which one).
+    #[error("the {0} pointer is NULL")]
+    NullPointer(&'static str),
+    /// [`register_with`]'s registration failed (the owner is kept; retry), or was made on
+    /// another env.
+    #[error(transparent)]
+    Register(keepalloc_provider::ProviderError),
     /// An `EnvAllocator` already exists for another keepalloc table.
     #[error("this process's OrtAllocator face was made for another keepalloc table")]
     OtherTable,

@@ -1,13 +1,16 @@
 //! Registration on the env as keepalloc's init hook.
 
+use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
+use crate::ffi::OrtEnv;
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_provider::{AllocatorHandle, GlobalProvider, HookRan, InitError, ProviderError};
-use ort_sys::OrtEnv;
 
+use crate::OrtError;
 use crate::env_allocator::EnvAllocator;
+use crate::runtime::OnnxRuntime;
 use crate::session::Env;
 
 /// The env the face was registered on (NULL until a registration succeeded).
@@ -46,6 +49,50 @@ where
     B: Allocator + Send + Sync + 'static,
 {
     register_env_allocator_ex(provider, env).map(|(handle, _)| handle)
+}
+
+/// [`register_env_allocator`] on an ONNX Runtime and an env the application already has, given
+/// as raw pointers: `api` is its `OrtApi` (from the `ort` crate, `ort::api()`) and `env` its
+/// `OrtEnv` (`ort`'s `Environment::ptr()`). Nothing of ONNX Runtime is loaded or linked here,
+/// so this works with whichever ONNX Runtime the application loaded.
+///
+/// ```ignore
+/// use ort::AsPointer;
+/// let env = ort::init_from(library_path)?.with_name("app").build()?;
+/// std::mem::forget(env.clone()); // ONNX Runtime keeps our allocator as long as the env lives
+/// // SAFETY: ort's loaded OrtApi and its env, which is never released.
+/// unsafe {
+///     keepalloc::onnxruntime::register_with(&ALLOCATOR, ort::api() as *const _ as _, env.ptr() as _)
+/// }?;
+/// // then: Session::builder()?.with_config_entry("session.use_env_allocators", "1")?
+/// ```
+///
+/// Errors: [`OrtError::NullPointer`] for a NULL `api` or `env`, [`OrtError::Register`] when
+/// the registration failed (retry: the owner is kept) or was made on another env.
+///
+/// # Safety
+/// `api` is NULL or the `OrtApi` (version 11 or later) of an ONNX Runtime that stays loaded
+/// for the rest of the process; `env` is NULL or a live `OrtEnv` of that runtime that is never
+/// released (ONNX Runtime keeps a registered allocator for as long as its env lives).
+pub unsafe fn register_with<B>(
+    provider: &'static GlobalProvider<B>,
+    api: *const c_void,
+    env: *mut c_void,
+) -> Result<AllocatorHandle<B>, OrtError>
+where
+    B: Allocator + Send + Sync + 'static,
+{
+    if api.is_null() {
+        return Err(OrtError::NullPointer("api"));
+    }
+    if env.is_null() {
+        return Err(OrtError::NullPointer("env"));
+    }
+    // SAFETY: non-NULL, and the caller promises a runtime that stays loaded.
+    let runtime = unsafe { OnnxRuntime::from_api(api.cast()) }?;
+    // SAFETY: non-NULL, and the caller promises a live env of this runtime, never released.
+    let env = unsafe { Env::from_raw(runtime, env.cast()) }.ok_or(OrtError::NullPointer("env"))?;
+    register_env_allocator(provider, env).map_err(OrtError::Register)
 }
 
 /// [`register_env_allocator`], also saying whether this call ran the registration

@@ -3,15 +3,15 @@
 use core::ffi::{CStr, c_char};
 use std::path::{Path, PathBuf};
 
-use ort_sys::{OrtApi, OrtApiBase, OrtStatusPtr};
+use crate::ffi::{OrtApi, OrtApiBase, OrtStatusPtr};
 
 use crate::OrtError;
 use crate::intern::Interned;
 
-/// The OrtApi version this crate asks for: the version of the header `ort-sys` was generated
-/// from. Every later ONNX Runtime serves it (the OrtApi struct only grows at its end), so the
-/// function pointers this crate calls are at the indices it expects.
-pub const ORT_API_VERSION: u32 = ort_sys::ORT_API_VERSION;
+/// The OrtApi version this crate asks for (ONNX Runtime 1.22's). Every later ONNX Runtime
+/// serves it (the OrtApi struct only grows at its end), so the slots declared in
+/// [`ffi`](crate::ffi) are where this crate expects them.
+pub const ORT_API_VERSION: u32 = 22;
 
 /// A loaded ONNX Runtime library and its C API table. Loaded once and kept for the life of
 /// the process ([`OnnxRuntime::load`] leaks it, [`OnnxRuntime::from_api_base`] keeps one per
@@ -20,7 +20,8 @@ pub const ORT_API_VERSION: u32 = ort_sys::ORT_API_VERSION;
 pub struct OnnxRuntime {
     path: PathBuf,
     version: String,
-    base: &'static OrtApiBase,
+    /// `None` when the application passed its OrtApi directly ([`OnnxRuntime::from_api`]).
+    base: Option<&'static OrtApiBase>,
     api: &'static OrtApi,
     /// `None` for a runtime the application linked or loaded itself
     /// ([`OnnxRuntime::from_api_base`]).
@@ -105,6 +106,37 @@ impl OnnxRuntime {
         })
     }
 
+    /// The ONNX Runtime whose `OrtApi` the application already has (for example
+    /// `ort::api()` from the `ort` crate): `api` is an `OrtApi` of version 11 or later (every
+    /// slot [`ffi::OrtApi`](crate::ffi::OrtApi) declares exists there). Fails with
+    /// [`OrtError::Load`] when `api` is NULL. Like [`OnnxRuntime::from_api_base`], the first
+    /// call for a given `api` keeps one small struct for the life of the process and later
+    /// calls return it.
+    ///
+    /// # Safety
+    /// `api` is NULL or the `OrtApi` of an ONNX Runtime that stays loaded for the rest of the
+    /// process.
+    pub unsafe fn from_api(api: *const OrtApi) -> Result<&'static OnnxRuntime, OrtError> {
+        static APPLICATION_APIS: Interned<OnnxRuntime> = Interned::new();
+        let path = PathBuf::from("(the application's ONNX Runtime)");
+        if api.is_null() {
+            return Err(OrtError::Load {
+                path,
+                message: "the OrtApi pointer is NULL".into(),
+            });
+        }
+        APPLICATION_APIS.get_or_try_insert((api as usize, 1), || {
+            Ok(OnnxRuntime {
+                path,
+                version: String::from("(unknown: the OrtApi was passed directly)"),
+                base: None,
+                // SAFETY: non-NULL; the caller promises it is an OrtApi that stays loaded.
+                api: unsafe { &*api },
+                _library: None,
+            })
+        })
+    }
+
     /// # Safety
     /// `base` is NULL or an `OrtApiBase` that lives for the rest of the process (the returned
     /// runtime refers to it and to its OrtApi, so it must be kept for the rest of the process
@@ -141,16 +173,17 @@ impl OnnxRuntime {
         Ok(OnnxRuntime {
             path,
             version,
-            base,
+            base: Some(base),
             api,
             _library: library,
         })
     }
 
     /// The `OrtApiBase` (what `OrtGetApiBase()` returns): what a C caller passes to
-    /// `keepalloc_ort_register`.
+    /// `keepalloc_ort_register`. NULL for a runtime made by [`OnnxRuntime::from_api`].
     pub fn api_base(&self) -> *const OrtApiBase {
         self.base
+            .map_or(core::ptr::null(), |b| b as *const OrtApiBase)
     }
 
     /// The C API table.

@@ -5,7 +5,7 @@ use core::ffi::{CStr, c_char, c_void};
 use std::ffi::CString;
 use std::path::Path;
 
-use ort_sys::{
+use crate::ffi::{
     ONNXTensorElementDataType, OrtAllocator, OrtAllocatorType, OrtEnv, OrtLoggingLevel, OrtMemType,
     OrtMemoryInfo, OrtSession, OrtSessionOptions, OrtTensorTypeAndShapeInfo, OrtTypeInfo, OrtValue,
 };

@@ -80,7 +80,7 @@ fn models(rt: &manifest::Runtimes) -> Vec<(String, PathBuf)> {
 /// keepalloc's; it counts its calls, which must stay at zero once keepalloc's is registered.
 mod foreign {
     use core::ffi::c_void;
-    use ort_sys::{OrtAllocator, OrtMemoryInfo};
+    use keepalloc_onnxruntime::ffi::{OrtAllocator, OrtMemoryInfo};
 
     #[repr(C)]
     pub struct Foreign {
@@ -126,8 +126,8 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         // SAFETY: valid out-pointer.
         unsafe {
             (api.CreateCpuMemoryInfo)(
-                ort_sys::OrtAllocatorType::OrtDeviceAllocator,
-                ort_sys::OrtMemType::OrtMemTypeDefault,
+                keepalloc_onnxruntime::ffi::OrtAllocatorType::OrtDeviceAllocator,
+                keepalloc_onnxruntime::ffi::OrtMemType::OrtMemTypeDefault,
                 &mut info,
             )
         },
@@ -135,7 +135,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
     )
     .unwrap();
     let other: &'static mut foreign::Foreign = Box::leak(Box::new(foreign::Foreign {
-        ort: ort_sys::OrtAllocator {
+        ort: keepalloc_onnxruntime::ffi::OrtAllocator {
             version: keepalloc_onnxruntime::ORT_API_VERSION,
             Alloc: Some(foreign::alloc),
             Free: Some(foreign::free),

@@ -211,7 +211,7 @@ fn mark_injected() {
 
 mod foreign {
     use super::*;
-    use ort_sys::{OrtAllocator, OrtMemoryInfo};
+    use keepalloc_onnxruntime::ffi::{OrtAllocator, OrtMemoryInfo};
 
     #[repr(C)]
     pub struct Foreign {
@@ -358,15 +358,15 @@ fn main() {
         // SAFETY: valid out-pointer.
         let st = unsafe {
             (api.CreateCpuMemoryInfo)(
-                ort_sys::OrtAllocatorType::OrtDeviceAllocator,
-                ort_sys::OrtMemType::OrtMemTypeDefault,
+                keepalloc_onnxruntime::ffi::OrtAllocatorType::OrtDeviceAllocator,
+                keepalloc_onnxruntime::ffi::OrtMemType::OrtMemTypeDefault,
                 &mut info,
             )
         };
         ort.check(st, "CreateCpuMemoryInfo")
             .unwrap_or_else(|e| setup("control", e.to_string()));
         let other: &'static mut foreign::Foreign = Box::leak(Box::new(foreign::Foreign {
-            ort: ort_sys::OrtAllocator {
+            ort: keepalloc_onnxruntime::ffi::OrtAllocator {
                 version: keepalloc_onnxruntime::ORT_API_VERSION,
                 Alloc: Some(foreign::alloc),
                 Free: Some(foreign::release),
