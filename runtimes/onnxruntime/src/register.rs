@@ -54,7 +54,8 @@ where
 /// [`register_env_allocator`] on an ONNX Runtime and an env the application already has, given
 /// as raw pointers: `api` is its `OrtApi` (from the `ort` crate, `ort::api()`) and `env` its
 /// `OrtEnv` (`ort`'s `Environment::ptr()`). Nothing of ONNX Runtime is loaded or linked here,
-/// so this works with whichever ONNX Runtime the application loaded.
+/// so this works with whichever ONNX Runtime the application loaded. With the `ort` crate
+/// (the whole program, compiled and run in CI: `examples/ort-crate` in keepalloc's repository):
 ///
 /// ```ignore
 /// use ort::AsPointer;
