@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use crate::Row;
+use crate::f32_run::Row;
 use crate::peers::Lib;
 
 const COLORS: [RGBColor; 6] = [

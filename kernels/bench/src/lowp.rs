@@ -25,8 +25,8 @@ use keepalloc_kernels::{
 
 use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
+use crate::stats::{Measured, paired_ratio};
 use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
-use crate::{Measured, paired_ratio};
 
 /// A low-precision operator kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,7 +293,7 @@ impl Row {
     }
 
     /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
-    fn ratio_to(&self, lib: Lib) -> Option<crate::Paired> {
+    fn ratio_to(&self, lib: Lib) -> Option<crate::stats::Paired> {
         paired_ratio(self.of(Lib::Keepalloc)?, self.of(lib)?)
     }
 }
@@ -342,7 +342,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 .iter()
                 .map(|&lib| (lib, runner(kind, lib, &d, xnn)))
                 .collect();
-            let medians = crate::median_gflops(
+            let medians = crate::timing::median_gflops(
                 &mut runners,
                 &mut out,
                 flops,
@@ -434,7 +434,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                         Err(_) => "skipped".into(),
                     })
             };
-            let ratio = |r: Option<crate::Paired>| r.map_or("-".into(), |r| r.show());
+            let ratio = |r: Option<crate::stats::Paired>| r.map_or("-".into(), |r| r.show());
             let ours = row.of(Lib::Keepalloc).map(|g| g.median);
             let mut line = format!(
                 "{:<18}{:>12}{:>13}{:>10}{:>9}",
@@ -479,7 +479,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         }
     }
     print!("{tables}");
-    println!("({})", crate::ratio_method());
+    println!("({})", crate::output::ratio_method());
     if all_ok {
         println!("all outputs match their f64 references");
     }

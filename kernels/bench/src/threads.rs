@@ -26,7 +26,8 @@ use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
 use crate::peers::{Aligned, Data, Runner};
-use crate::{Measured, Paired, check, paired_ratio};
+use crate::stats::{Measured, Paired, paired_ratio};
+use crate::verify::check;
 
 /// A column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -261,7 +262,9 @@ pub fn run(
         // other thread of the process is runnable (`probe::quiesce`); a batch after a pause
         // that never got there is not steady.
         let medians =
-            crate::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE, |p| p.pin());
+            crate::timing::median_gflops(&mut runners, &mut out, flops, budget, QUIESCE, |p| {
+                p.pin()
+            });
         let mut cells = Vec::new();
         for ((peer, r), median) in runners.iter_mut().zip(medians) {
             let cell = match (r, median) {
@@ -392,9 +395,9 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
     }
     println!(
         "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
-        crate::ratio_method()
+        crate::output::ratio_method()
     );
-    let cells: Vec<(String, String, crate::Paired)> = rows
+    let cells: Vec<(String, String, crate::stats::Paired)> = rows
         .iter()
         .flat_map(|row| {
             let (m, k, n) = row.shape;
@@ -406,7 +409,7 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
             })
         })
         .collect();
-    for line in crate::verdict_lines(&cells) {
+    for line in crate::stats::verdict_lines(&cells) {
         println!("against the peers: {line}");
     }
 }
@@ -420,7 +423,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
             let results: serde_json::Map<_, _> = row
                 .cells
                 .iter()
-                .map(|(p, g, ok)| (p.name(), crate::result_json(g, *ok)))
+                .map(|(p, g, ok)| (p.name(), crate::output::result_json(g, *ok)))
                 .collect();
             let one = row.one.as_ref().map(|one| {
                 serde_json::json!({
@@ -431,7 +434,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
             });
             let ratios: serde_json::Map<_, _> = ratios(row)
                 .into_iter()
-                .map(|(name, r)| (name.to_owned(), crate::paired_json(r)))
+                .map(|(name, r)| (name.to_owned(), crate::output::paired_json(r)))
                 .collect();
             serde_json::json!({
                 "m": m, "k": k, "n": n,
@@ -441,7 +444,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
             })
         })
         .collect();
-    crate::to_pretty(&serde_json::json!({
+    crate::output::to_pretty(&serde_json::json!({
         "threads": threads,
         "keepalloc_isa": isa,
         "loadavg": loadavg.trim(),
@@ -449,7 +452,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
         "fma_peak_gflops_threads": probe.all,
         "fma_scaling": probe.scaling(),
         "one_thread_cpus": cpus,
-        "ratio_method": crate::ratio_method(),
+        "ratio_method": crate::output::ratio_method(),
         "shapes": shapes,
     }))
 }
@@ -618,7 +621,7 @@ fn openblas_runner(d: &Data, threads: usize) -> Result<Runner<'_>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::measured;
+    use crate::stats::tests::measured;
 
     #[test]
     fn the_mean_core_keeps_the_longest_pause_and_a_pause_that_never_went_idle() {
