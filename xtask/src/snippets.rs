@@ -11,18 +11,25 @@
 //!
 //! A block that includes `xnnpack.h` where XNNPACK is not installed is skipped with a line
 //! saying so, except under `CI` (then it is an error, as for the rest of c-test).
+//!
+//! Rust blocks are doctests of the `keepalloc` crate, except those marked `ignore`: those
+//! need a crate the facade cannot depend on (the `ort` crate), so each must be an excerpt of a
+//! file that CI builds and runs. Its first line says which (`// From PATH, ...`), and every
+//! other non-empty line, but `// ...`, must be a line of that file (leading and trailing
+//! blanks aside), in the same order. An `ignore` block without that line fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::util;
 
-/// One fenced C or C++ block.
+/// One fenced block: C or C++, or (`excerpt`) a Rust block marked `ignore`.
 struct Snippet {
     /// `README.md:41`: the file and the line of the opening fence.
     origin: String,
     cpp: bool,
     fragment: bool,
+    excerpt: bool,
     code: String,
 }
 
@@ -47,15 +54,18 @@ fn extract(origin: &str, text: &str) -> Vec<Snippet> {
             code.push_str(body);
             code.push('\n');
         }
+        let excerpt = lang == "rust" && words.contains(&"ignore");
         let cpp = match lang {
             "c" => false,
             "cpp" | "c++" => true,
+            _ if excerpt => false,
             _ => continue,
         };
         out.push(Snippet {
             origin: format!("{origin}:{}", n + 1),
             cpp,
             fragment: words.contains(&"fragment"),
+            excerpt,
             code,
         });
     }
@@ -105,6 +115,14 @@ pub fn run(staticlib: &Path, out: &Path) -> Result<(), String> {
     }
     let (mut compiled, mut ran, mut skipped) = (0, 0, 0);
     for (i, s) in snippets.iter().enumerate() {
+        if s.excerpt {
+            check_excerpt(&root, s)?;
+            println!(
+                "  snippet {}: an excerpt of a file CI builds and runs",
+                s.origin
+            );
+            continue;
+        }
         let uses_xnnpack = s.code.contains("<xnnpack.h>");
         if uses_xnnpack && !xnnpack {
             if ci() {
@@ -185,16 +203,76 @@ pub fn run(staticlib: &Path, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// An `ignore` Rust block: `// From PATH...` and then lines of PATH, in order.
+fn check_excerpt(root: &Path, s: &Snippet) -> Result<(), String> {
+    let mut lines = s.code.lines();
+    let first = lines.next().unwrap_or("");
+    let path = first
+        .trim()
+        .strip_prefix("// From ")
+        .and_then(|rest| rest.split([',', ' ']).next())
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "snippet {}: a Rust block marked `ignore` is compiled nowhere; its first line \
+                 must be `// From PATH, ...` naming the file CI builds that holds it",
+                s.origin
+            )
+        })?;
+    let file = root.join(path);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("snippet {}: {}: {e}", s.origin, file.display()))?;
+    excerpt_mismatch(&text, lines).map_or(Ok(()), |line| {
+        Err(format!(
+            "snippet {}: the line `{line}` is not in {path} (after the lines before it)",
+            s.origin
+        ))
+    })
+}
+
+/// The first line of `excerpt` not found in `text`, in order; `None` when all are.
+fn excerpt_mismatch<'a>(text: &str, excerpt: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut file = text.lines().map(str::trim);
+    for line in excerpt.map(str::trim) {
+        if line.is_empty() || line == "// ..." {
+            continue;
+        }
+        if !file.any(|l| l == line) {
+            return Some(line);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
-    use super::extract;
+    use super::{excerpt_mismatch, extract};
+
+    #[test]
+    fn an_excerpt_must_keep_the_files_lines_in_order() {
+        let file = "fn a() {\n    let x = 1;\n    let y = 2;\n}\n";
+        assert_eq!(
+            excerpt_mismatch(file, "let x = 1;\n// ...\nlet y = 2;".lines()),
+            None
+        );
+        assert_eq!(
+            excerpt_mismatch(file, "let y = 2;\nlet x = 1;".lines()),
+            Some("let x = 1;")
+        );
+        assert_eq!(
+            excerpt_mismatch(file, "let z = 3;".lines()),
+            Some("let z = 3;")
+        );
+    }
 
     #[test]
     fn finds_c_and_cpp_blocks_with_their_marks() {
         let text = "x\n```c\nint main(void){return 0;}\n```\n```rust\nfn f(){}\n```\n\
-                    ```cpp fragment\nint f();\n```\n```sh\nls\n```\n";
+                    ```cpp fragment\nint f();\n```\n```sh\nls\n```\n\
+                    ```rust,ignore\n// From x.rs\n```\n";
         let s = extract("t.md", text);
-        assert_eq!(s.len(), 2);
+        assert_eq!(s.len(), 3);
+        assert!(s[2].excerpt && !s[0].excerpt);
         assert_eq!(s[0].origin, "t.md:2");
         assert!(!s[0].cpp && !s[0].fragment);
         assert!(s[1].cpp && s[1].fragment);
