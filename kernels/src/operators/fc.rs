@@ -5,6 +5,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use keepalloc_allocators::AllocatorTable;
 
+use super::desc::desc_builders;
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
 use crate::gemm::{self, Problem};
@@ -72,37 +73,7 @@ impl<'a> FullyConnectedDesc<'a> {
         }
     }
 
-    /// Adds a bias of `output_channels` floats.
-    pub fn with_bias(mut self, bias: &'a [f32]) -> Self {
-        self.bias = Some(bias);
-        self
-    }
-
-    /// Sets the row strides (in floats).
-    pub fn with_strides(mut self, input_stride: usize, output_stride: usize) -> Self {
-        self.input_stride = input_stride;
-        self.output_stride = output_stride;
-        self
-    }
-
-    /// Clamps the output to `[min, max]`.
-    pub fn with_range(mut self, min: f32, max: f32) -> Self {
-        self.output_min = min;
-        self.output_max = max;
-        self
-    }
-
-    /// Declares the weights `[input][output]` (`K × N`).
-    pub fn transposed(mut self) -> Self {
-        self.transposed_weights = true;
-        self
-    }
-
-    /// Forces an instruction set (it must be supported by this CPU).
-    pub fn with_isa(mut self, isa: Isa) -> Self {
-        self.isa = Some(isa);
-        self
-    }
+    desc_builders!(f32);
 
     /// Runs on at most `threads` threads of the [process pool](crate::process_pool) (one
     /// per CPU, started by the first `create` with `threads > 1`, allocating nothing);
@@ -112,17 +83,6 @@ impl<'a> FullyConnectedDesc<'a> {
     /// [`FullyConnected::run_in`].
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads;
-        self
-    }
-
-    /// On (the default): `create` calls `madvise(MADV_HUGEPAGE)` on the whole 2 MiB pages
-    /// inside the packed block before filling it (Linux x86-64; with THP in `madvise` or
-    /// `always` mode). It adds no memory (the advice covers only pages the block fills
-    /// anyway) and no allocation; it makes the weights' stream cheaper on the TLB. Off:
-    /// the block is left as the allocator made it, for a runtime that manages its pages
-    /// itself.
-    pub fn with_huge_pages(mut self, on: bool) -> Self {
-        self.huge_pages = on;
         self
     }
 }

@@ -3,7 +3,8 @@
 
 use keepalloc_allocators::AllocatorTable;
 
-use super::lowp_common::{Common, Core, desc_builders};
+use super::desc::desc_builders;
+use super::lowp_common::Core;
 use crate::error::KernelError;
 use crate::init;
 use crate::lowp::{self, DotIsa, Job, Kind};
@@ -72,7 +73,7 @@ impl<'a> FullyConnectedBf16F32Desc<'a> {
         }
     }
 
-    desc_builders!();
+    desc_builders!(lowp);
 }
 
 /// A bf16 × bf16 → f32 fully-connected operator:
@@ -102,19 +103,7 @@ impl FullyConnectedBf16F32 {
         table: &'static AllocatorTable,
         desc: &FullyConnectedBf16F32Desc<'_>,
     ) -> Result<Self, KernelError> {
-        let common = Common {
-            k: desc.input_channels,
-            n: desc.output_channels,
-            input_stride: desc.input_stride,
-            output_stride: desc.output_stride,
-            weights_len: desc.weights.len(),
-            bias: desc.bias,
-            scales: None,
-            min: desc.output_min,
-            max: desc.output_max,
-            isa: desc.isa,
-            huge_pages: desc.huge_pages,
-        };
+        let common = desc.common(None);
         let core = Core::create(table, Kind::Bf16F32, &common, |dst, nr| {
             lowp::pack_bf16(
                 dst,

@@ -3,7 +3,8 @@
 
 use keepalloc_allocators::AllocatorTable;
 
-use super::lowp_common::{Common, Core, desc_builders};
+use super::desc::desc_builders;
+use super::lowp_common::Core;
 use crate::error::KernelError;
 use crate::init;
 use crate::lowp::{self, DotIsa, Job, Kind};
@@ -63,7 +64,7 @@ impl<'a> FullyConnectedF32Qc8wDesc<'a> {
         }
     }
 
-    desc_builders!();
+    desc_builders!(lowp);
 }
 
 /// The f32 × int8-weight fully-connected operator:
@@ -96,19 +97,7 @@ impl FullyConnectedF32Qc8w {
         table: &'static AllocatorTable,
         desc: &FullyConnectedF32Qc8wDesc<'_>,
     ) -> Result<Self, KernelError> {
-        let common = Common {
-            k: desc.input_channels,
-            n: desc.output_channels,
-            input_stride: desc.input_stride,
-            output_stride: desc.output_stride,
-            weights_len: desc.weights.len(),
-            bias: desc.bias,
-            scales: Some(desc.weight_scales),
-            min: desc.output_min,
-            max: desc.output_max,
-            isa: desc.isa,
-            huge_pages: desc.huge_pages,
-        };
+        let common = desc.common(Some(desc.weight_scales));
         let core = Core::create(table, Kind::F32Qc8w, &common, |dst, nr| {
             lowp::pack_f32_qc8w(
                 dst,

@@ -4,7 +4,8 @@
 
 use keepalloc_allocators::AllocatorTable;
 
-use super::lowp_common::{Common, Core, desc_builders};
+use super::desc::desc_builders;
+use super::lowp_common::Core;
 use crate::buffer::ALIGNMENT;
 use crate::error::KernelError;
 use crate::init;
@@ -101,7 +102,7 @@ impl<'a> FullyConnectedQd8F32Qc8wDesc<'a> {
         }
     }
 
-    desc_builders!();
+    desc_builders!(lowp);
 }
 
 /// The dynamically quantized int8 fully-connected operator:
@@ -135,19 +136,7 @@ impl FullyConnectedQd8F32Qc8w {
         table: &'static AllocatorTable,
         desc: &FullyConnectedQd8F32Qc8wDesc<'_>,
     ) -> Result<Self, KernelError> {
-        let common = Common {
-            k: desc.input_channels,
-            n: desc.output_channels,
-            input_stride: desc.input_stride,
-            output_stride: desc.output_stride,
-            weights_len: desc.weights.len(),
-            bias: desc.bias,
-            scales: Some(desc.weight_scales),
-            min: desc.output_min,
-            max: desc.output_max,
-            isa: desc.isa,
-            huge_pages: desc.huge_pages,
-        };
+        let common = desc.common(Some(desc.weight_scales));
         let core = Core::create(table, Kind::Qd8F32Qc8w, &common, |dst, nr| {
             lowp::pack_qd8(
                 dst,
