@@ -5,9 +5,10 @@
 use core::arch::x86_64::*;
 
 use super::Tile;
+use super::kernel::{self, Kernel};
 
-const NR: usize = 16;
-const MAX_MR: usize = 6;
+const NR: usize = <kernel::Avx2 as Kernel>::NR;
+const MAX_MR: usize = <kernel::Avx2 as Kernel>::MR;
 
 /// # Safety
 /// `t` describes valid buffers (see `gemm::run`), `1 <= mr <= 6`, and the CPU has AVX2 and

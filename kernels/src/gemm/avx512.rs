@@ -13,8 +13,9 @@
 use core::arch::x86_64::*;
 
 use super::Tile;
+use super::kernel::{self, Kernel};
 
-const NR: usize = 32;
+const NR: usize = <kernel::Avx512 as Kernel>::NR;
 /// Where the next tile's weights, and the GEMV's weights ahead, are prefetched to (L2).
 const HINT: i32 = _MM_HINT_T1;
 /// How far ahead in its panel a tile prefetches the weights into L1: 16 k steps (2 KiB).

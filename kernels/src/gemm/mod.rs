@@ -29,11 +29,13 @@ use core::ops::Range;
 use crate::cpu::{cache, caches};
 use crate::isa::Isa;
 use crate::tuning::{blocking, gemv_alternates, gemv_prefetch, lone_panel, pair_rows, pairs_outer};
+use kernel::Kernel;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod kernel;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
@@ -122,8 +124,8 @@ pub(crate) struct Shape {
 pub(crate) const fn shape(isa: Isa) -> Shape {
     match isa {
         Isa::Avx512 => Shape {
-            mr: 8,
-            nr: 32,
+            mr: kernel::Avx512::MR,
+            nr: kernel::Avx512::NR,
             // K 1024 (one block for K <= 1024): measured faster than 512 on the K = 1024 and
             // 2048 shapes, the same elsewhere.
             kc: 1024,
@@ -138,24 +140,24 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             a_in_place: true,
         },
         Isa::Avx2 => Shape {
-            mr: 6,
-            nr: 16,
+            mr: kernel::Avx2::MR,
+            nr: kernel::Avx2::NR,
             kc: 256,
             nc: 16,
             stream_below: 0,
             a_in_place: false,
         },
         Isa::Neon => Shape {
-            mr: 8,
-            nr: 8,
+            mr: kernel::Neon::MR,
+            nr: kernel::Neon::NR,
             kc: 256,
             nc: 32,
             stream_below: 0,
             a_in_place: false,
         },
         Isa::Scalar => Shape {
-            mr: 4,
-            nr: 8,
+            mr: kernel::Scalar::MR,
+            nr: kernel::Scalar::NR,
             kc: 256,
             nc: 32,
             stream_below: 0,

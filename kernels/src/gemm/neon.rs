@@ -4,9 +4,10 @@
 use core::arch::aarch64::*;
 
 use super::Tile;
+use super::kernel::{self, Kernel};
 
-const NR: usize = 8;
-const MAX_MR: usize = 8;
+const NR: usize = <kernel::Neon as Kernel>::NR;
+const MAX_MR: usize = <kernel::Neon as Kernel>::MR;
 
 /// # Safety
 /// `t` describes valid buffers (see `gemm::run`), `1 <= mr <= 8`, and the CPU has NEON.

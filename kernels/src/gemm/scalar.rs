@@ -4,8 +4,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::Tile;
+use super::kernel::{self, Kernel};
 
-const NR: usize = 8;
+const NR: usize = <kernel::Scalar as Kernel>::NR;
 
 /// `clamp` as the SIMD kernels do it (`max(min, v)` then `min(max, v)`): a NaN passes.
 #[inline(always)]
