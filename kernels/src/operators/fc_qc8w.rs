@@ -4,10 +4,10 @@
 use keepalloc_allocators::AllocatorTable;
 
 use super::desc::desc_builders;
-use super::lowp_common::Core;
+use super::lowp_common::{Core, core_accessors};
 use crate::error::KernelError;
 use crate::init;
-use crate::lowp::{self, DotIsa, Job, Kind};
+use crate::lowp::{self, DotIsa, Kind};
 
 /// Everything `xnn_create_fully_connected_nc_f32_qc8w` takes.
 #[derive(Debug, Clone, Copy)]
@@ -113,25 +113,7 @@ impl FullyConnectedF32Qc8w {
         Ok(FullyConnectedF32Qc8w { core })
     }
 
-    /// The instruction set whose kernels this operator runs.
-    pub fn isa(&self) -> DotIsa {
-        self.core.isa
-    }
-
-    /// K.
-    pub fn input_channels(&self) -> usize {
-        self.core.k
-    }
-
-    /// N.
-    pub fn output_channels(&self) -> usize {
-        self.core.n
-    }
-
-    /// Bytes of packed weights, scales and bias held from the table.
-    pub fn packed_bytes(&self) -> usize {
-        self.core.packed.bytes()
-    }
+    core_accessors!("Bytes of packed weights, scales and bias held from the table.");
 
     /// Computes `batch` rows (f32 input rows `input_stride` apart, output rows
     /// `output_stride` apart; only the first `output_channels` of each are written). A batch
@@ -141,23 +123,7 @@ impl FullyConnectedF32Qc8w {
         if !c.check_run(batch, input.len(), output.len())? {
             return Ok(());
         }
-        let job = Job {
-            kind: Kind::F32Qc8w,
-            isa: c.isa,
-            m: batch,
-            k: c.k,
-            n: c.n,
-            a: input.as_ptr().cast(),
-            lda: c.input_stride * size_of::<f32>(),
-            packed: c.packed.as_byte_ptr(),
-            c: output.as_mut_ptr(),
-            ldc: c.output_stride,
-            min: c.min,
-            max: c.max,
-            rows: core::ptr::null(),
-            x: core::ptr::null(),
-            ldx: 0,
-        };
+        let job = c.job(batch, input, output);
         // SAFETY: the slices hold `batch` rows at their strides (checked above), the output is borrowed mutably, the block was packed for (kind, isa) by `create`, which checked the ISA.
         unsafe { lowp::run(&job) };
         Ok(())

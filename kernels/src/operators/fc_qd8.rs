@@ -5,7 +5,7 @@
 use keepalloc_allocators::AllocatorTable;
 
 use super::desc::desc_builders;
-use super::lowp_common::Core;
+use super::lowp_common::{Core, core_accessors};
 use crate::buffer::ALIGNMENT;
 use crate::error::KernelError;
 use crate::init;
@@ -152,25 +152,7 @@ impl FullyConnectedQd8F32Qc8w {
         Ok(FullyConnectedQd8F32Qc8w { core })
     }
 
-    /// The instruction set whose kernels this operator runs.
-    pub fn isa(&self) -> DotIsa {
-        self.core.isa
-    }
-
-    /// K.
-    pub fn input_channels(&self) -> usize {
-        self.core.k
-    }
-
-    /// N.
-    pub fn output_channels(&self) -> usize {
-        self.core.n
-    }
-
-    /// Bytes of packed weights, scales, column sums and bias held from the table.
-    pub fn packed_bytes(&self) -> usize {
-        self.core.packed.bytes()
-    }
+    core_accessors!("Bytes of packed weights, scales, column sums and bias held from the table.");
 
     /// Bytes between quantized rows in the workspace: K rounded up to an odd number of
     /// cache lines, so the rows of a tile (read together, 4 bytes each per step) fall in

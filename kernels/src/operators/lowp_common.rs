@@ -5,7 +5,7 @@ use keepalloc_allocators::AllocatorTable;
 
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
-use crate::lowp::{DotIsa, Kind, choose, shape};
+use crate::lowp::{DotIsa, Job, Kind, choose, shape};
 
 /// Largest K of `qd8_f32_qc8w`: the exact i32 accumulation needs
 /// `K · 255 · 128 < 2³¹` (see the AVX-512 kernel's notes).
@@ -194,3 +194,54 @@ impl Core {
         Ok(true)
     }
 }
+
+impl Core {
+    /// The job of a run whose activations the kernels read as given (bf16, f32): `batch`
+    /// rows of `input` into `output`, no quantized rows. The caller checked the run.
+    pub(crate) fn job<T>(&self, batch: usize, input: &[T], output: &mut [f32]) -> Job {
+        Job {
+            kind: self.kind,
+            isa: self.isa,
+            m: batch,
+            k: self.k,
+            n: self.n,
+            a: input.as_ptr().cast(),
+            lda: self.input_stride * size_of::<T>(),
+            packed: self.packed.as_byte_ptr(),
+            c: output.as_mut_ptr(),
+            ldc: self.output_stride,
+            min: self.min,
+            max: self.max,
+            rows: core::ptr::null(),
+            x: core::ptr::null(),
+            ldx: 0,
+        }
+    }
+}
+
+/// The accessors every low-precision operator has, over its `core`; the argument is the
+/// doc line of `packed_bytes` (what the block holds differs by kind).
+macro_rules! core_accessors {
+    ($packed_doc:literal) => {
+        /// The instruction set whose kernels this operator runs.
+        pub fn isa(&self) -> DotIsa {
+            self.core.isa
+        }
+
+        /// K.
+        pub fn input_channels(&self) -> usize {
+            self.core.k
+        }
+
+        /// N.
+        pub fn output_channels(&self) -> usize {
+            self.core.n
+        }
+
+        #[doc = $packed_doc]
+        pub fn packed_bytes(&self) -> usize {
+            self.core.packed.bytes()
+        }
+    };
+}
+pub(crate) use core_accessors;
