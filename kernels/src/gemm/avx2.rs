@@ -5,6 +5,7 @@
 use core::arch::x86_64::*;
 
 use super::Tile;
+use super::edge::EdgeTile;
 use super::kernel::{self, Kernel};
 
 const NR: usize = <kernel::Avx2 as Kernel>::NR;
@@ -31,25 +32,14 @@ pub(super) unsafe fn tile(mr: usize, t: &Tile) {
 /// As [`tile`], with `MR` rows.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_n<const MR: usize>(t: &Tile) {
-    // Full tiles read and write C in place; edge tiles go through `edge`, whose row stride
-    // is NR, so the kernel body never touches a column past nvalid.
-    let mut edge = [[0.0f32; NR]; MAX_MR];
-    let full = t.nvalid == NR;
-    let (c, ldc) = if full {
-        (t.c, t.ldc)
-    } else {
-        (edge.as_mut_ptr().cast::<f32>(), NR)
-    };
+    // Full tiles read and write C in place, edge tiles a local copy (`EdgeTile`).
+    let mut edge = EdgeTile::<NR, MAX_MR>::new();
     // Whole body: B rows are 64-byte aligned NR-float rows, kc of them; packed A
     // has kc * MR floats; `c` is either the caller's C tile (MR rows of NR valid columns) or
     // the local edge tile; C rows hold nvalid valid columns.
     // SAFETY: every access stays inside the tiles described above.
     unsafe {
-        if !full && t.bias.is_null() {
-            for r in 0..MR {
-                core::ptr::copy_nonoverlapping(t.c.add(r * t.ldc), c.add(r * NR), t.nvalid);
-            }
-        }
+        let (c, ldc) = edge.begin(t, MR);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         if t.bias.is_null() {
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -90,11 +80,7 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
             _mm256_storeu_ps(c.add(r * ldc), acc[0]);
             _mm256_storeu_ps(c.add(r * ldc + 8), acc[1]);
         }
-        if !full {
-            for r in 0..MR {
-                core::ptr::copy_nonoverlapping(c.add(r * NR), t.c.add(r * t.ldc), t.nvalid);
-            }
-        }
+        edge.finish(t, MR);
     }
 }
 

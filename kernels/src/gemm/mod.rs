@@ -35,6 +35,8 @@ use kernel::Kernel;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod edge;
 mod kernel;
 #[cfg(target_arch = "aarch64")]
 mod neon;

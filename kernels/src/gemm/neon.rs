@@ -4,6 +4,7 @@
 use core::arch::aarch64::*;
 
 use super::Tile;
+use super::edge::EdgeTile;
 use super::kernel::{self, Kernel};
 
 const NR: usize = <kernel::Neon as Kernel>::NR;
@@ -31,22 +32,13 @@ pub(super) unsafe fn tile(mr: usize, t: &Tile) {
 /// As [`tile`], with `MR` rows.
 #[target_feature(enable = "neon")]
 unsafe fn tile_n<const MR: usize>(t: &Tile) {
-    let mut edge = [[0.0f32; NR]; MAX_MR];
-    let full = t.nvalid == NR;
-    let (c, ldc) = if full {
-        (t.c, t.ldc)
-    } else {
-        (edge.as_mut_ptr().cast::<f32>(), NR)
-    };
+    // Full tiles read and write C in place, edge tiles a local copy (`EdgeTile`).
+    let mut edge = EdgeTile::<NR, MAX_MR>::new();
     // Whole body: B has kc rows of NR floats; packed A has kc * MR floats; `c` is
     // either the caller's full C tile or the local edge tile.
     // SAFETY: every access stays inside the tiles described above.
     unsafe {
-        if !full && t.bias.is_null() {
-            for r in 0..MR {
-                core::ptr::copy_nonoverlapping(t.c.add(r * t.ldc), c.add(r * NR), t.nvalid);
-            }
-        }
+        let (c, ldc) = edge.begin(t, MR);
         let mut acc = [[vdupq_n_f32(0.0); 2]; MR];
         if t.bias.is_null() {
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -87,11 +79,7 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
             vst1q_f32(c.add(r * ldc), acc[0]);
             vst1q_f32(c.add(r * ldc + 4), acc[1]);
         }
-        if !full {
-            for r in 0..MR {
-                core::ptr::copy_nonoverlapping(c.add(r * NR), t.c.add(r * t.ldc), t.nvalid);
-            }
-        }
+        edge.finish(t, MR);
     }
 }
 
