@@ -4,8 +4,8 @@
 
 use plotters::prelude::*;
 
-use crate::f32_run::Row;
 use crate::peers::Lib;
+use crate::table::Row;
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(214, 39, 40),

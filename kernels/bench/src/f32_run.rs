@@ -8,63 +8,11 @@ use std::time::Duration;
 use crate::cli::Options;
 use crate::output::{paired_json, ratio_method, result_json, to_pretty};
 use crate::peers::{Data, Lib};
-use crate::stats::{Measured, Paired, paired_ratio, verdict_lines};
+use crate::stats::{Paired, verdict_lines};
+use crate::table::{Cell, Row};
 use crate::timing::median_gflops;
 use crate::verify::check;
 use crate::{chart, peers, probe, workspace_dir, xnn_current};
-
-/// One library on one shape.
-pub struct Cell {
-    /// The library.
-    pub lib: Lib,
-    /// GFLOPS (the median, and each round's), or why it was skipped.
-    pub gflops: Result<Measured, String>,
-    /// Output matched the reference.
-    pub correct: bool,
-}
-
-/// One shape's results.
-pub struct Row {
-    /// (M, K, N).
-    pub shape: (usize, usize, usize),
-    /// One per library, in the order of `Lib::ALL` (the order of the rounds).
-    pub cells: Vec<Cell>,
-    /// Batch 1: read bandwidth (GB/s) of a weights-sized buffer.
-    pub bandwidth: Option<f64>,
-}
-
-impl Row {
-    /// `MxKxN`.
-    pub fn label(&self) -> String {
-        let (m, k, n) = self.shape;
-        format!("{m}x{k}x{n}")
-    }
-
-    fn measured(&self, lib: Lib) -> Option<&Measured> {
-        self.cells
-            .iter()
-            .find(|c| c.lib == lib)
-            .and_then(|c| c.gflops.as_ref().ok())
-    }
-
-    fn of(&self, lib: Lib) -> Option<f64> {
-        self.measured(lib).map(|m| m.median)
-    }
-
-    /// The peer with the highest median.
-    fn best_peer(&self) -> Option<(Lib, &Measured)> {
-        self.cells
-            .iter()
-            .filter(|c| c.lib != Lib::Keepalloc)
-            .filter_map(|c| c.gflops.as_ref().ok().map(|g| (c.lib, g)))
-            .max_by(|a, b| a.1.median.total_cmp(&b.1.median))
-    }
-
-    /// keepalloc over `lib`, paired by round ([`paired_ratio`]).
-    fn ratio_to(&self, lib: Lib) -> Option<Paired> {
-        paired_ratio(self.measured(Lib::Keepalloc)?, self.measured(lib)?)
-    }
-}
 
 /// Why current XNNPACK (the executorch wheel's) was skipped, when it was asked for and was.
 pub(crate) fn current_xnnpack_missing(rows: &[Row], libs: &[Lib]) -> Option<String> {

@@ -19,6 +19,7 @@ mod output;
 mod peers;
 mod probe;
 mod stats;
+mod table;
 mod threads;
 mod timing;
 mod verify;
