@@ -6,15 +6,15 @@
 //!   independent accumulator chains per panel so that the FMA latency never limits it, and
 //!   every other run on a thread takes the panels last to first, so that it starts on the
 //!   weights the previous run left in L2 (on Zen 4 only when they fit in L2: see
-//!   [`gemv_alternates`](crate::tuning::gemv_alternates)).
+//!   [`gemv_alternates`]).
 //! * M > 1 is cache-blocked: NC panels of B at a time (an L2-sized block, or all of them
 //!   for AVX-512 when the weights fit well in L3, except on Intel and Zen 5, where a row
-//!   tile's sweep outruns the L3: see [`blocking`](crate::tuning::blocking)), K in KC steps (partial sums stored to C
+//!   tile's sweep outruns the L3: see [`blocking`]), K in KC steps (partial sums stored to C
 //!   and reloaded, which keeps the k order, and so the result, exactly that of one long
 //!   loop), and M in balanced row tiles of at most MR rows (AVX-512 runs a tile of 4 rows
 //!   or fewer on two panels at once, for enough accumulator chains, and on Intel tiles of
 //!   at most 6 rows on two panels whenever the weights fit in L2 or M >= 64: see
-//!   [`pair_rows`](crate::tuning::pair_rows)). AVX-512 reads A in place
+//!   [`pair_rows`]). AVX-512 reads A in place
 //!   (every row a broadcast-from-memory operand at a register offset, nothing copied);
 //!   the other ISAs copy each row tile of A k-major into a stack buffer (no allocation,
 //!   safe for many threads running one operator at once) and reuse it across the NC
@@ -84,7 +84,7 @@ std::thread_local! {
     /// 1x1536x1536 (9.4 MiB of weights, L3-bound) +20%, 1x256x256 +6%. A decode loop gains
     /// nothing from it: it runs every other layer between two runs of this one, and their
     /// weights evict these. When other work evicted them it costs nothing either. Which
-    /// calls alternate: [`gemv_alternates`](crate::tuning::gemv_alternates).
+    /// calls alternate: [`gemv_alternates`].
     /// `const`-initialized: no allocation, no destructor.
     static GEMV_BACKWARDS: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
@@ -307,7 +307,7 @@ unsafe fn gemv_run(p: &Problem, panels: Range<usize>) {
         };
     };
     // Every other batch-1 run on this thread goes through the panels backwards, so it
-    // starts on the panels the previous run read last (where [`gemv_alternates`](crate::tuning::gemv_alternates) says it
+    // starts on the panels the previous run read last (where [`gemv_alternates`] says it
     // pays). Each panel is computed by the same instructions in either order: the result
     // does not change.
     let call_bytes = panels.len() * panel_len * size_of::<f32>();

@@ -39,7 +39,7 @@
 //!
 //! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
 //! into L2, one line a step each (two tiles for bf16, four for qd8: measured here, better
-//! than one tile prefetching whole steps), except for the fewest rows (see [`blocked_prefetches`](crate::tuning::blocked_prefetches)).
+//! than one tile prefetching whole steps), except for the fewest rows (see [`blocked_prefetches`]).
 
 use core::arch::x86_64::*;
 

@@ -7,4 +7,5 @@ pub(crate) mod fc;
 pub(crate) mod fc_bf16;
 pub(crate) mod fc_qc8w;
 pub(crate) mod fc_qd8;
+mod grid;
 mod lowp_common;
