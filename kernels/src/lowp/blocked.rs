@@ -47,7 +47,7 @@ use super::{DotIsa, Job, Kind, RowQuant, panel_bytes, quant};
 use crate::tuning::{QD8_A_BYTES, blocked_prefetches};
 
 /// bf16: columns per panel (the packing's NR on AVX-512).
-const NR: usize = 32;
+const NR: usize = super::shape(Kind::Bf16F32, DotIsa::Avx512Bf16).nr;
 /// bf16: most rows per tile (12 × 2 = 24 zmm accumulators).
 const MR: usize = 12;
 /// bf16: packed pairs per K block of a full chunk: a 16 KiB slice of one panel.

@@ -1,8 +1,9 @@
 //! Portable reference kernels: one row, 8 columns, the packed layouts read word by word.
 
-use super::Tile;
+use super::{DotIsa, Kind, Tile};
 
-const NR: usize = 8;
+/// Columns per panel: the scalar kernels' shape in [`shape`](super::shape), for every kind.
+const NR: usize = super::shape(Kind::Bf16F32, DotIsa::Scalar).nr;
 
 /// An f32 from the panel's header (`i`-th 32-bit slot).
 ///
