@@ -7,7 +7,7 @@
 use core::ops::Range;
 
 use crate::cpu::{Caches, cache};
-use crate::gemm::Shape;
+use crate::gemm::kernel::Shape;
 use crate::isa::Isa;
 
 /// Packed bytes above which batch 1 is DRAM-bound and the GEMV prefetches (half of Zen 4's

@@ -1,6 +1,9 @@
 //! Each f32 microkernel's tile shape, declared once (as matrixmultiply's `GemmKernel`):
-//! the ISA's own file and [`shape`](super::shape) both read it. Compiled on every target,
-//! so the shape table stays whole where an ISA's kernels are not built.
+//! the ISA's own file and [`shape`] both read it; [`shape`] adds each ISA's blocking.
+//! Compiled on every target, so the shape table stays whole where an ISA's kernels are
+//! not built.
+
+use crate::isa::Isa;
 
 /// The tile of one ISA's microkernel.
 pub(crate) trait Kernel {
@@ -36,4 +39,68 @@ pub(crate) struct Scalar;
 impl Kernel for Scalar {
     const MR: usize = 4;
     const NR: usize = 8;
+}
+
+/// Tile shape and blocking of one ISA.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    /// Most rows per microkernel call.
+    pub mr: usize,
+    /// Columns per panel.
+    pub nr: usize,
+    /// K block.
+    pub kc: usize,
+    /// Panels per N block.
+    pub nc: usize,
+    /// Packed weights (bytes) below which one N block holds all panels.
+    pub stream_below: usize,
+    /// The kernel reads A in place (each row a broadcast-from-memory stream), so nothing
+    /// is copied; otherwise each row tile of A is packed k-major into a stack buffer.
+    pub a_in_place: bool,
+}
+
+/// The tile shape and blocking of `isa`.
+pub(crate) const fn shape(isa: Isa) -> Shape {
+    match isa {
+        Isa::Avx512 => Shape {
+            mr: Avx512::MR,
+            nr: Avx512::NR,
+            // K 1024 (one block for K <= 1024): measured faster than 512 on the K = 1024 and
+            // 2048 shapes, the same elsewhere.
+            kc: 1024,
+            nc: 8,
+            // Up to 8 MiB of packed weights (well inside L3), all panels run per row tile:
+            // the tile's A rows stay in cache across the whole N range while the weights
+            // stream from L2/L3 (128 B per 16 FMAs, the next panel prefetched); measured
+            // better than L2-sized N blocks on 64x1024x1024 and 256x512x2048. Above that the
+            // weights would come from DRAM once per row tile, and N blocks (read from DRAM
+            // once, then from L2) win.
+            stream_below: 8 << 20,
+            a_in_place: true,
+        },
+        Isa::Avx2 => Shape {
+            mr: Avx2::MR,
+            nr: Avx2::NR,
+            kc: 256,
+            nc: 16,
+            stream_below: 0,
+            a_in_place: false,
+        },
+        Isa::Neon => Shape {
+            mr: Neon::MR,
+            nr: Neon::NR,
+            kc: 256,
+            nc: 32,
+            stream_below: 0,
+            a_in_place: false,
+        },
+        Isa::Scalar => Shape {
+            mr: Scalar::MR,
+            nr: Scalar::NR,
+            kc: 256,
+            nc: 32,
+            stream_below: 0,
+            a_in_place: false,
+        },
+    }
 }

@@ -29,7 +29,7 @@ use core::ops::Range;
 use crate::cpu::{cache, caches};
 use crate::isa::Isa;
 use crate::tuning::{blocking, gemv_alternates, gemv_prefetch, lone_panel, pair_rows, pairs_outer};
-use kernel::Kernel;
+pub(crate) use kernel::shape;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -37,7 +37,7 @@ mod avx2;
 mod avx512;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod edge;
-mod kernel;
+pub(crate) mod kernel;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
@@ -48,7 +48,7 @@ pub(crate) struct Tile {
     /// Depth of this call.
     pub kc: usize,
     /// A: the caller's rows in place, `lda` floats apart, when the ISA's
-    /// [`Shape::a_in_place`] is set; else a copy packed k-major, `a[k * mr + r]`.
+    /// [`Shape::a_in_place`](kernel::Shape::a_in_place) is set; else a copy packed k-major, `a[k * mr + r]`.
     pub a: *const f32,
     /// Row stride of `a` when it is read in place.
     pub lda: usize,
@@ -103,70 +103,6 @@ const _: () = {
 
 #[repr(C, align(64))]
 struct ABuf([MaybeUninit<f32>; A_BUF]);
-
-/// Tile shape and blocking of one ISA.
-#[derive(Clone, Copy)]
-pub(crate) struct Shape {
-    /// Most rows per microkernel call.
-    pub mr: usize,
-    /// Columns per panel.
-    pub nr: usize,
-    /// K block.
-    pub kc: usize,
-    /// Panels per N block.
-    pub nc: usize,
-    /// Packed weights (bytes) below which one N block holds all panels.
-    pub stream_below: usize,
-    /// The kernel reads A in place (each row a broadcast-from-memory stream), so nothing
-    /// is copied; otherwise each row tile of A is packed k-major into a stack buffer.
-    pub a_in_place: bool,
-}
-
-/// The tile shape and blocking of `isa`.
-pub(crate) const fn shape(isa: Isa) -> Shape {
-    match isa {
-        Isa::Avx512 => Shape {
-            mr: kernel::Avx512::MR,
-            nr: kernel::Avx512::NR,
-            // K 1024 (one block for K <= 1024): measured faster than 512 on the K = 1024 and
-            // 2048 shapes, the same elsewhere.
-            kc: 1024,
-            nc: 8,
-            // Up to 8 MiB of packed weights (well inside L3), all panels run per row tile:
-            // the tile's A rows stay in cache across the whole N range while the weights
-            // stream from L2/L3 (128 B per 16 FMAs, the next panel prefetched); measured
-            // better than L2-sized N blocks on 64x1024x1024 and 256x512x2048. Above that the
-            // weights would come from DRAM once per row tile, and N blocks (read from DRAM
-            // once, then from L2) win.
-            stream_below: 8 << 20,
-            a_in_place: true,
-        },
-        Isa::Avx2 => Shape {
-            mr: kernel::Avx2::MR,
-            nr: kernel::Avx2::NR,
-            kc: 256,
-            nc: 16,
-            stream_below: 0,
-            a_in_place: false,
-        },
-        Isa::Neon => Shape {
-            mr: kernel::Neon::MR,
-            nr: kernel::Neon::NR,
-            kc: 256,
-            nc: 32,
-            stream_below: 0,
-            a_in_place: false,
-        },
-        Isa::Scalar => Shape {
-            mr: kernel::Scalar::MR,
-            nr: kernel::Scalar::NR,
-            kc: 256,
-            nc: 32,
-            stream_below: 0,
-            a_in_place: false,
-        },
-    }
-}
 
 /// A whole problem: the operator's packed weights and one run's buffers.
 #[derive(Clone, Copy)]
