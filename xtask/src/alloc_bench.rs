@@ -26,19 +26,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use clap::Parser;
 use serde_json::json;
 
 use crate::util;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask alloc-bench",
-    about = "table_overhead and contended over several link layouts (rust-lld \
-             --shuffle-sections): each ratio's median over the layouts, with the lowest and \
-             highest"
-)]
-struct Options {
+/// `cargo xtask alloc-bench` options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// How many layouts, at least 2: seeds SEED to SEED + N - 1 (odd: the median is one
     /// layout's).
     #[arg(long, default_value_t = 5)]
@@ -177,17 +171,8 @@ fn build(example: &str, seed: u64, gcc_ld: &Path, out: &Path) -> Result<PathBuf,
     Ok(copy)
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let options = match Options::try_parse_from(
-        std::iter::once("cargo xtask alloc-bench".to_string()).chain(args.iter().cloned()),
-    ) {
-        Ok(o) => o,
-        Err(e) if !e.use_stderr() => {
-            print!("{e}");
-            return Ok(());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
+/// Builds every layout, then measures each.
+pub fn run(options: Args) -> Result<(), String> {
     let seeds = seeds(options.seed, options.layouts)?;
     let examples: Vec<&str> = match options.example.as_str() {
         "both" => vec!["table_overhead", "contended"],

@@ -16,8 +16,29 @@
 
 use crate::util;
 
+/// `cargo xtask bench --help`.
+pub const LONG_ABOUT: &str = "\
+Builds and runs the kernels benchmark (keepalloc-kernels-bench, release) in one run:
+keepalloc-kernels against XNNPACK, OpenBLAS, matrixmultiply and gemm, single-threaded.
+Every argument goes to the benchmark as it is:
+  --json PATH, --svg PATH, --quick, --libs a,b, --shapes MxKxN,...
+  --op f32|bf16_f32|qd8_f32_qc8w|f32_qc8w|all   the low-precision operators against current
+                                               XNNPACK (the executorch wheel's, from
+                                               `cargo xtask runtimes`)
+  --threads T   the multi-threaded comparison: keepalloc-kernels on a T-thread pool (and on a
+                Debian pthreadpool) with its own 1-thread figure, against Debian's and current
+                XNNPACK on a T-thread pthreadpool and OpenBLAS with T threads";
+
+/// `cargo xtask bench` hands its arguments to the benchmark.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The benchmark's arguments (see above).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
 /// Runs the benchmark with `args`.
-pub fn run(args: &[String]) -> Result<(), String> {
+pub fn run(Args { args }: Args) -> Result<(), String> {
     let mut cmd = util::cargo();
     cmd.args([
         "run",
@@ -27,6 +48,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "keepalloc-kernels-bench",
         "--",
     ]);
-    cmd.args(args);
+    cmd.args(&args);
     util::run(&mut cmd)
 }

@@ -15,11 +15,23 @@ use crate::util;
 
 const DEBIAN: &str = "/usr/lib/x86_64-linux-gnu/libXNNPACK.so.0";
 
+/// `cargo xtask c-adoption --help`.
+pub const LONG_ABOUT: &str = "\
+Builds libkeepalloc.a (release), compiles runtimes/xnnpack/c/adoption.c against keepalloc.h
+and keepalloc_xnnpack.h, and runs it, each case in its own process: Debian's freshly loaded
+libXNNPACK.so.0 must adopt keepalloc's table; the same library after xnn_initialize(NULL)
+(the negative control) and ExecuTorch's XNNPACK (`cargo xtask runtimes`) must be reported
+\"not adopted\" by keepalloc_acquire. A missing library is an error under CI=true, and
+\"NOT RUN\" otherwise.
+
+environment: CC (default cc), CI.";
+
+/// `cargo xtask c-adoption` takes no options.
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
 /// Runs the command.
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(a) = args.first() {
-        return Err(format!("c-adoption takes no arguments (got `{a}`)"));
-    }
+pub fn run(_: Args) -> Result<(), String> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let root = util::root();
     util::run(util::cargo().args(["build", "--release", "-p", "keepalloc-capi"]))?;

@@ -35,48 +35,23 @@ use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain};
 
 use crate::util;
 
-const HELP: &str = "\
-usage: cargo xtask c-test [--xnnpack-runs N]
-
+/// `cargo xtask c-test --help`.
+pub const LONG_ABOUT: &str = "\
 Builds target/release/libkeepalloc_capi.a and runs keepalloc's C and C++ tests against it:
 the header in every C/C++ standard, the foundation C tests (one process each), the negative
 controls they must catch, the C++17 RAII example, and (when libxnnpack-dev is installed) the
 layout test and the XNNPACK example in both modes, N fresh processes each with MALLOC_PERTURB_,
 then the guarded XNNPACK example (KEEPALLOC_SCRIBBLE=guard:1/1,stacks:both) and its control.
 
-options:
-  --xnnpack-runs N   fresh processes per XNNPACK mode (default 50; 0 skips the loop)
-
 environment: CC, CXX (compilers; default cc, c++), MALLOC_PERTURB_ (default 165),
-             XNNPACK_INCLUDE_DIR (default /usr/include).
-";
+             XNNPACK_INCLUDE_DIR (default /usr/include).";
 
 /// Options of `c-test`.
-struct Options {
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Fresh processes per XNNPACK mode (0 skips the loop).
+    #[arg(long, value_name = "N", default_value_t = 50)]
     xnnpack_runs: u32,
-}
-
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut options = Options { xnnpack_runs: 50 };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--help" | "-h" => {
-                print!("{HELP}");
-                return Ok(None);
-            }
-            "--xnnpack-runs" => {
-                let n = it
-                    .next()
-                    .ok_or("--xnnpack-runs needs a number")?
-                    .parse()
-                    .map_err(|e| format!("--xnnpack-runs: {e}"))?;
-                options.xnnpack_runs = n;
-            }
-            other => return Err(format!("c-test: unknown argument `{other}`\n{HELP}")),
-        }
-    }
-    Ok(Some(options))
 }
 
 /// Everything the steps share.
@@ -118,10 +93,7 @@ fn prepare() -> Result<Ctx, String> {
 }
 
 /// `cargo xtask c-test`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let Some(options) = parse(args)? else {
-        return Ok(());
-    };
+pub fn run(options: Args) -> Result<(), String> {
     let ctx = prepare()?;
     header(&ctx)?;
     crate::snippets::run(&ctx.staticlib, &ctx.out.join("snippets"))?;

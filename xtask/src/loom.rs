@@ -10,12 +10,23 @@
 
 use crate::util;
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(arg) = args.first() {
-        return Err(format!(
-            "loom takes no arguments (got `{arg}`); set LOOM_MAX_PREEMPTIONS to change the bound"
-        ));
-    }
+/// `cargo xtask loom --help`.
+pub const LONG_ABOUT: &str = "\
+Model-checks the provider's once cell (KeepCell) with loom: provider/tests/loom.rs with
+--cfg loom, release, target dir target/loom. The models: 2 threads racing the first acquire
+(exhaustive), 3 threads (preemption bound 3), a failure after the library captured the owner
+then a retry, a panicking attempt, two libraries on one owner, and the negative controls
+(the once_cell-style naive retry, the check-then-act race, a once shared by two libraries),
+which must fail.
+
+environment: LOOM_MAX_PREEMPTIONS (the bound of the 3-thread models), LOOM_LOG.";
+
+/// `cargo xtask loom` takes no options: the bound is set through the environment.
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+/// Runs the loom models.
+pub fn run(_: Args) -> Result<(), String> {
     let target = util::root().join("target").join("loom");
     let mut cmd = util::cargo();
     cmd.args([

@@ -1,7 +1,8 @@
 //! `cargo xtask <command>`: keepalloc's developer commands, one binary, few dependencies.
 //!
 //! Every command calls cargo through `env!("CARGO")` so it uses the same toolchain that
-//! built it, and runs from the workspace root wherever it was invoked.
+//! built it, and runs from the workspace root wherever it was invoked. Every command's
+//! arguments are parsed by clap, so each has a `--help` ([`Cli`]).
 
 mod alloc_bench;
 mod bench;
@@ -11,7 +12,6 @@ mod fault_test;
 mod install;
 mod loom;
 mod mutants;
-mod ort_campaign;
 mod process;
 mod runtimes;
 mod sanitizers;
@@ -20,61 +20,89 @@ mod util;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: cargo xtask <command> [options]
+use clap::{Parser, Subcommand};
 
-commands:
-  fault-test   the main job: every fault scenario against keepalloc and each negative
-               control, each run in a fresh process (see `cargo xtask fault-test --help`)
-  fault-test --runtime onnxruntime
-               the fault campaign pointed at the real ONNX Runtime (see its --help)
-  c-test       build libkeepalloc and run the C/C++ tests against keepalloc.h
-  install      install keepalloc as a C library: --prefix DIR (header, libkeepalloc.so.0
-               with its soname, libkeepalloc.a, pkgconfig/keepalloc.pc)
-  install-test install into a temp prefix and build, link and run a C program through
-               pkg-config, shared and static
-  c-adoption   the C XNNPACK adoption check against Debian's and ExecuTorch's XNNPACK
-  loom         model-check the provider's once cell under loom (all interleavings)
-  miri         the allocator and provider tests under Miri (nightly + miri; else skipped)
-  asan         the fault-test campaign under AddressSanitizer (nightly; else skipped)
-  tsan         provider tests and the fault harness under ThreadSanitizer (nightly +
-               rust-src; else skipped; CI=true or --require: an error)
-  bench        kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (--json PATH, --svg PATH)
-  alloc-bench  table_overhead and contended (the C table over the backend called directly)
-               in several link layouts: each ratio's median over them (--layouts N)
-  runtimes     download + unpack the pinned onnxruntime and executorch wheels (target/runtimes)
-  mutants      cargo-mutants on the provider and the C table; >= 95% caught (cargo-mutants
-               27.1.0; see `cargo xtask mutants --help`)
-  help         this text
-";
+/// keepalloc's developer commands.
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The main job: every fault scenario against keepalloc and each negative control, each
+    /// run in a fresh process (`--runtime onnxruntime`: the campaign against ONNX Runtime).
+    #[command(long_about = fault_test::LONG_ABOUT)]
+    FaultTest(fault_test::Args),
+    /// Build libkeepalloc and run the C/C++ tests against keepalloc.h.
+    #[command(long_about = ctest::LONG_ABOUT)]
+    CTest(ctest::Args),
+    /// Install keepalloc as a C library: --prefix DIR (header, libkeepalloc.so.0 with its
+    /// soname, libkeepalloc.a, pkgconfig/keepalloc.pc); its options are its own
+    /// (`cargo xtask install --help`).
+    #[command(disable_help_flag = true)]
+    Install(PassThrough),
+    /// Install into a temp prefix and build, link and run a C program through pkg-config,
+    /// shared and static; its options are its own (`cargo xtask install-test --help`).
+    #[command(disable_help_flag = true)]
+    InstallTest(PassThrough),
+    /// The C XNNPACK adoption check against Debian's and ExecuTorch's XNNPACK.
+    #[command(long_about = c_adoption::LONG_ABOUT)]
+    CAdoption(c_adoption::Args),
+    /// Model-check the provider's once cell under loom (all interleavings).
+    #[command(long_about = loom::LONG_ABOUT)]
+    Loom(loom::Args),
+    /// The allocator and provider tests, then the kernels pool, under Miri (nightly + miri;
+    /// else skipped).
+    #[command(long_about = sanitizers::MIRI_ABOUT)]
+    Miri(sanitizers::MiriArgs),
+    /// The fault-test campaign under AddressSanitizer (nightly; else skipped).
+    #[command(long_about = sanitizers::ASAN_ABOUT)]
+    Asan(sanitizers::AsanArgs),
+    /// Provider tests, the kernels pool and the fault harness under ThreadSanitizer
+    /// (nightly + rust-src; else skipped; CI=true or --require: an error).
+    #[command(long_about = sanitizers::TSAN_ABOUT)]
+    Tsan(sanitizers::TsanArgs),
+    /// Kernels vs XNNPACK, OpenBLAS, matrixmultiply, gemm (options go to the benchmark).
+    #[command(long_about = bench::LONG_ABOUT)]
+    Bench(bench::Args),
+    /// table_overhead and contended over several link layouts (rust-lld
+    /// --shuffle-sections): each ratio's median over them, with the lowest and highest.
+    AllocBench(alloc_bench::Args),
+    /// Download + unpack the pinned onnxruntime and executorch wheels (target/runtimes).
+    #[command(long_about = runtimes::LONG_ABOUT)]
+    Runtimes(runtimes::Args),
+    /// cargo-mutants on the provider, the C table and the kernels pool; >= 95% caught
+    /// (cargo-mutants 27.1.0).
+    #[command(long_about = mutants::LONG_ABOUT)]
+    Mutants(mutants::Args),
+}
+
+/// The arguments of a command whose parser is its own module's (install, install-test).
+#[derive(clap::Args, Debug)]
+struct PassThrough {
+    /// Passed to the command as they are (`--help` included).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let Some(command) = args.next() else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    let rest: Vec<String> = args.collect();
-    let result = match command.as_str() {
-        "bench" => bench::run(&rest),
-        "alloc-bench" => alloc_bench::run(&rest),
-        "fault-test" if rest.iter().any(|a| a == "--runtime") => ort_campaign::run(&rest),
-        "fault-test" => fault_test::run(&rest),
-        "miri" => sanitizers::miri(&rest),
-        "asan" => sanitizers::asan(&rest),
-        "tsan" => sanitizers::tsan(&rest),
-        "c-test" => ctest::run(&rest),
-        "c-adoption" => c_adoption::run(&rest),
-        "install" => install::run(&rest),
-        "install-test" => install::test(&rest),
-        "loom" => loom::run(&rest),
-        "mutants" => mutants::run(&rest),
-        "runtimes" => runtimes::run(&rest),
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    let result = match Cli::parse().command {
+        Command::FaultTest(args) => fault_test::run(args),
+        Command::CTest(args) => ctest::run(args),
+        Command::Install(p) => install::run(&p.args),
+        Command::InstallTest(p) => install::test(&p.args),
+        Command::CAdoption(args) => c_adoption::run(args),
+        Command::Loom(args) => loom::run(args),
+        Command::Miri(args) => sanitizers::miri(args),
+        Command::Asan(args) => sanitizers::asan(args),
+        Command::Tsan(args) => sanitizers::tsan(args),
+        Command::Bench(args) => bench::run(args),
+        Command::AllocBench(args) => alloc_bench::run(args),
+        Command::Runtimes(args) => runtimes::run(args),
+        Command::Mutants(args) => mutants::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -82,5 +110,78 @@ fn main() -> ExitCode {
             eprintln!("xtask: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    /// Every command answers `--help` with its help (clap's DisplayHelp), so a command
+    /// added without one fails here. install and install-test hand `--help` to their own
+    /// parser (install.rs), which is that module's to answer.
+    #[test]
+    fn every_command_has_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            if matches!(name, "install" | "install-test") {
+                let parsed = Cli::try_parse_from(["cargo xtask", name, "--help"]).unwrap();
+                assert!(matches!(
+                    parsed.command,
+                    Command::Install(PassThrough { ref args })
+                        | Command::InstallTest(PassThrough { ref args }) if args == &["--help"]
+                ));
+                continue;
+            }
+            let err = Cli::try_parse_from(["cargo xtask", name, "--help"])
+                .expect_err("--help ends parsing");
+            assert_eq!(err.kind(), ErrorKind::DisplayHelp, "{name} --help");
+            checked += 1;
+        }
+        assert_eq!(checked, 11);
+        let top = Cli::try_parse_from(["cargo xtask", "--help"]).unwrap_err();
+        assert_eq!(top.kind(), ErrorKind::DisplayHelp);
+    }
+
+    /// The command lines .ci/run and the README use still parse.
+    #[test]
+    fn ci_command_lines_parse() {
+        for line in [
+            "fault-test --runs 30 --json target/fault-test/ci.json",
+            "fault-test --cell-mutant all --runs 20",
+            "fault-test --runtime onnxruntime",
+            "fault-test --runtime onnxruntime --model m --runs 2 --threads 2",
+            "bench --quick --op all --shapes 1x256x256,33x96x130,64x256x96 --svg target/bench/ci.svg",
+            "bench --quick --threads 2 --shapes 1x256x256,33x96x130,64x256x96",
+            "miri",
+            "miri --full -- --test-threads 1",
+            "asan --runs 5 --scenario cold-start",
+            "tsan --runs 3 --test-runs 1 --timeout 100",
+            "loom",
+            "c-test --xnnpack-runs 3",
+            "c-adoption",
+            "install --prefix /tmp/x",
+            "install-test",
+            "mutants --no-extra --part pool",
+            "runtimes --force",
+            "alloc-bench --layouts 3",
+        ] {
+            let argv = std::iter::once("cargo xtask").chain(line.split(' '));
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{line}: {e}");
+            }
+        }
+        let Command::Bench(b) = Cli::try_parse_from(["x", "bench", "--quick", "--op", "all"])
+            .unwrap()
+            .command
+        else {
+            panic!("bench");
+        };
+        assert_eq!(b.args, ["--quick", "--op", "all"]);
     }
 }

@@ -66,9 +66,8 @@ const INSTALL: &str = "cargo install cargo-mutants --version 27.1.0 --locked";
 /// The share of viable mutants that must be caught.
 const REQUIRED_SCORE: f64 = 0.95;
 
-const HELP: &str = "\
-usage: cargo xtask mutants [--no-extra] [--part table|provider|pool]...
-
+/// `cargo xtask mutants --help`.
+pub const LONG_ABOUT: &str = "\
 Mutation-tests keepalloc-provider, the C table (allocators/src/table.rs) and the kernels'
 worker pool (kernels/src/pool.rs) with cargo-mutants (--jobs 1). Stage 1: cargo-mutants with
 the crates' tests (for the pool: keepalloc-kernels --lib --test pool). Stage 2, on the
@@ -77,13 +76,19 @@ cell.rs/sync.rs) and a short keepalloc-only fault campaign
 (`cargo xtask fault-test --variant keepalloc --runs 3`). Prints the survivors, the documented
 equivalent mutants, and finally `mutants: caught C, missed M, timeout T, unviable U`; exits
 non-zero when fewer than 95% of the viable mutants were caught, unless every missed mutant is a
-documented equivalent. Reports go to target/mutants/.
+documented equivalent. Reports go to target/mutants/.";
 
-options:
-  --no-extra   stage 1 only (no loom, no campaign): quicker, and a lower score
-  --part NAME  only this part (repeatable; default: all three); the score is over the
-               parts that ran, and the equivalents of the others are 'not generated'
-";
+/// `cargo xtask mutants` options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Stage 1 only (no loom, no campaign): quicker, and a lower score.
+    #[arg(long)]
+    no_extra: bool,
+    /// Only this part (repeatable) [default: all three]; the score is over the parts that
+    /// ran, and the equivalents of the others are 'not generated'.
+    #[arg(long = "part", value_name = "NAME", value_parser = ["table", "provider", "pool"])]
+    parts: Vec<String>,
+}
 
 /// One cargo-mutants run of stage 1: which mutants, and whose tests.
 struct Part {
@@ -255,27 +260,14 @@ fn strip_line_col(name: &str) -> String {
     }
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut extra = true;
-    let mut only: Vec<&'static str> = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--no-extra" => extra = false,
-            "--part" => {
-                let name = args.next().ok_or("mutants: --part needs a name")?;
-                let part = PARTS.iter().find(|p| p.name == name).ok_or_else(|| {
-                    format!("mutants: no part `{name}` (table, provider or pool)\n{HELP}")
-                })?;
-                only.push(part.name);
-            }
-            "-h" | "--help" => {
-                print!("{HELP}");
-                return Ok(());
-            }
-            other => return Err(format!("mutants: unknown option `{other}`\n{HELP}")),
-        }
-    }
+/// Runs both stages and reports.
+pub fn run(args: Args) -> Result<(), String> {
+    let extra = !args.no_extra;
+    let only: Vec<&'static str> = PARTS
+        .iter()
+        .filter(|p| args.parts.iter().any(|n| n == p.name))
+        .map(|p| p.name)
+        .collect();
     let started = Instant::now();
     if !cargo_mutants_present()? {
         return Ok(());

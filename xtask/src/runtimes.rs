@@ -6,27 +6,26 @@
 //! their first use; here a failed download, a hash mismatch or a missing file is always an
 //! error (the command was asked for explicitly).
 
-use keepalloc_testkit::runtimes::{self, EXECUTORCH, ONNXRUNTIME};
+use keepalloc_testkit::runtimes::{self, EXECUTORCH};
+
+/// `cargo xtask runtimes --help` (the pinned versions are the test kit's:
+/// `keepalloc_testkit::runtimes::{ONNXRUNTIME, EXECUTORCH}`).
+pub const LONG_ABOUT: &str = "\
+Downloads the pinned onnxruntime and executorch wheels with pip, unpacks them under
+target/runtimes/ and writes target/runtimes/runtimes.json, the file the tests and the ONNX
+Runtime campaign read. A failed download, a hash mismatch or a missing file is an error.";
+
+/// `cargo xtask runtimes` options.
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// Download and unpack again even when target/runtimes is complete.
+    #[arg(long)]
+    pub force: bool,
+}
 
 /// Runs the command.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut force = false;
-    for arg in args {
-        match arg.as_str() {
-            "--force" => force = true,
-            "--help" | "-h" => {
-                println!(
-                    "usage: cargo xtask runtimes [--force]\n\n\
-                     Downloads onnxruntime=={} and executorch=={} (pinned wheels) with pip,\n\
-                     unpacks them under target/runtimes/ and writes target/runtimes/runtimes.json.",
-                    ONNXRUNTIME.version, EXECUTORCH.version
-                );
-                return Ok(());
-            }
-            other => return Err(format!("runtimes: unknown option `{other}`")),
-        }
-    }
-    let rt = runtimes::fetch(force, &mut std::io::stdout())?;
+pub fn run(args: Args) -> Result<(), String> {
+    let rt = runtimes::fetch(args.force, &mut std::io::stdout())?;
     println!(
         "onnxruntime {}: {}",
         rt.onnxruntime_version,

@@ -18,6 +18,7 @@ mod catalog;
 mod classify;
 mod harness;
 mod options;
+pub mod ort;
 mod output;
 mod plan;
 mod schedule;
@@ -32,7 +33,7 @@ use std::time::Instant;
 
 pub use classify::ASAN_EXIT;
 pub use harness::{HARNESS_BUILD_ARGS, executable_from};
-pub use options::{Options, parse_options};
+pub use options::{Args, LONG_ABOUT, Options, Runtime, harness_options};
 
 use catalog::Catalog;
 use classify::{Expected, classify};
@@ -41,8 +42,11 @@ use output::Report;
 use verdict::{Judge, Row};
 
 /// Runs `cargo xtask fault-test`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let o = parse_options(args)?;
+pub fn run(args: Args) -> Result<(), String> {
+    if args.runtime == Runtime::Onnxruntime {
+        return ort::run(args);
+    }
+    let o = harness_options(args, 100)?;
     match (&o.cell_mutant, &o.harness) {
         (Some(CellMutantChoice::All), Some(_)) => {
             Err("--cell-mutant all builds one harness per mutant; it cannot take --harness".into())

@@ -8,17 +8,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use clap::Parser;
-
 /// The windows run when `--window` is not given.
 pub const DEFAULT_WINDOWS: &str = "held,bare";
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "cargo xtask fault-test",
-    about = "Every fault scenario against keepalloc and each negative control, each run in a \
-             fresh process",
-    long_about = "\
+/// `cargo xtask fault-test --help`.
+pub const LONG_ABOUT: &str = "\
 Builds keepalloc-harness (release, feature `controls`), asks it which scenarios, variants,
 windows and signatures exist (`keepalloc-harness --list`), and runs every applicable
 (scenario, variant, window) row, each run in a fresh process.
@@ -33,45 +27,106 @@ judged). Every row shows its rate with a 95% Wilson interval.
 With --cell-mutant NAME the harness is built with the provider's cell deliberately broken
 (`--cfg keepalloc_cell_mutant=\"NAME\"`, target/cell-mutant/NAME), and keepalloc's rows become
 controls judged by the mutant's own signature in every window: the command succeeds only
-when the broken cell is caught."
-)]
-struct Cli {
-    /// Runs per (scenario, variant, window) row.
-    #[arg(long, default_value_t = 100, value_parser = positive)]
-    runs: usize,
-    /// Threads of the racing scenarios.
-    #[arg(long, default_value_t = 32, value_parser = positive)]
-    threads: usize,
-    /// Base seed; run i of a row uses seed N+i [default: from the clock, printed].
-    #[arg(long, value_name = "N")]
-    seed: Option<u64>,
-    /// Only these scenarios (repeatable or comma-separated; `keepalloc-harness --list`).
-    #[arg(long = "scenario", value_name = "NAME", value_delimiter = ',')]
-    scenarios: Vec<String>,
-    /// Only these variants (repeatable or comma-separated; `keepalloc-harness --list`).
-    #[arg(long = "variant", value_name = "NAME", value_delimiter = ',')]
-    variants: Vec<String>,
-    /// Windows to run, each its own row: a comma list of held, yield, bare, or `all`.
-    #[arg(long = "window", value_name = "LIST", value_delimiter = ',',
-          default_value = DEFAULT_WINDOWS)]
-    windows: Vec<String>,
-    /// Runs in parallel [default: available cores].
+when the broken cell is caught.
+
+With --runtime onnxruntime: every model of the pinned ONNX Runtime wheel and
+runtimes/onnxruntime/models/, each run a fresh keepalloc-ort-child: the count run, nth:K for
+every allocation site, probability:P@SEED (P 0.05 and 0.25, --runs seeds, --threads
+threads), refuse-registrations:3 and the foreign-allocator control; fails on a broken
+keepalloc invariant, a run with no injected fault that did not end ok, or a control not
+caught by its signature (see xtask/src/fault_test/ort/mod.rs). Options marked [harness]
+are refused there, and --model only applies there.";
+
+/// The runtime a campaign runs against.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Runtime {
+    /// keepalloc-harness: the provider and each negative control, per scenario.
+    #[default]
+    Harness,
+    /// The real ONNX Runtime (the pinned wheel) with keepalloc's owner as its env
+    /// allocator, one `keepalloc-ort-child` process per run.
+    Onnxruntime,
+}
+
+/// `cargo xtask fault-test`'s command line: one parser for both runtimes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The runtime under test.
+    #[arg(long, value_enum, default_value_t = Runtime::Harness)]
+    pub runtime: Runtime,
+    /// Runs per (scenario, variant, window) row; with onnxruntime, seeds per probability
+    /// plan [default: 100; onnxruntime: 5; under `cargo xtask asan`: 20].
     #[arg(long, value_name = "N", value_parser = positive)]
-    jobs: Option<usize>,
-    /// A run that takes longer is killed and counted as inconclusive (a failure for
-    /// keepalloc).
+    pub runs: Option<usize>,
+    /// Threads of the racing scenarios; with onnxruntime, sessions at once in the
+    /// probability and registration runs [default: 32; onnxruntime: 4].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub threads: Option<usize>,
+    /// A run that takes longer is killed: inconclusive (a failure for keepalloc), with
+    /// onnxruntime a hang.
     #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = positive)]
-    timeout: usize,
-    /// Also write the results as JSON to PATH.
+    pub timeout: usize,
+    /// Also write the results as JSON to PATH [default: none; onnxruntime:
+    /// target/fault-test/onnxruntime.json].
     #[arg(long, value_name = "PATH")]
-    json: Option<PathBuf>,
-    /// Use this harness binary instead of building one.
+    pub json: Option<PathBuf>,
+    /// [harness] Base seed; run i of a row uses seed N+i [default: from the clock, printed].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// [harness] Only these scenarios (repeatable or comma-separated; `keepalloc-harness
+    /// --list`).
+    #[arg(long = "scenario", value_name = "NAME", value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// [harness] Only these variants (repeatable or comma-separated; `keepalloc-harness
+    /// --list`).
+    #[arg(long = "variant", value_name = "NAME", value_delimiter = ',')]
+    pub variants: Vec<String>,
+    /// [harness] Windows to run, each its own row: a comma list of held, yield, bare, or
+    /// `all` [default: held,bare].
+    #[arg(long = "window", value_name = "LIST", value_delimiter = ',')]
+    pub windows: Vec<String>,
+    /// [harness] Runs in parallel [default: available cores].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub jobs: Option<usize>,
+    /// [harness] Use this harness binary instead of building one.
     #[arg(long, value_name = "PATH")]
-    harness: Option<PathBuf>,
-    /// Build the harness with this cell mutant (or each listed one, `all`) and require
-    /// that keepalloc's rows catch it by its signature.
+    pub harness: Option<PathBuf>,
+    /// [harness] Build the harness with this cell mutant (or each listed one, `all`) and
+    /// require that keepalloc's rows catch it by its signature.
     #[arg(long, value_name = "NAME|all", value_parser = mutant_name)]
-    cell_mutant: Option<String>,
+    pub cell_mutant: Option<String>,
+    /// [onnxruntime] Only this model (repeatable) [default: every model].
+    #[arg(long = "model", value_name = "NAME")]
+    pub models: Vec<String>,
+}
+
+impl Args {
+    /// The harness-only options that were given (refused with `--runtime onnxruntime`).
+    pub fn harness_only(&self) -> Vec<&'static str> {
+        let mut given = Vec::new();
+        let mut check = |set: bool, name: &'static str| {
+            if set {
+                given.push(name);
+            }
+        };
+        check(self.seed.is_some(), "--seed");
+        check(!self.scenarios.is_empty(), "--scenario");
+        check(!self.variants.is_empty(), "--variant");
+        check(!self.windows.is_empty(), "--window");
+        check(self.jobs.is_some(), "--jobs");
+        check(self.harness.is_some(), "--harness");
+        check(self.cell_mutant.is_some(), "--cell-mutant");
+        given
+    }
+}
+
+/// `Args` as a command of its own, to parse argument lists in tests.
+#[cfg(test)]
+#[derive(clap::Parser, Debug)]
+#[command(name = "cargo xtask fault-test")]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
 }
 
 fn positive(v: &str) -> Result<usize, String> {
@@ -133,28 +188,30 @@ pub struct Options {
     pub label: Option<String>,
 }
 
-impl Options {
-    /// Parses the command line (the arguments after `fault-test`); `--help` prints the
-    /// help and exits.
-    pub fn parse(args: &[String]) -> Result<Options, String> {
-        parse_options(args)
-    }
-}
-
-/// Parses the command line (the arguments after `fault-test`); `--help` prints the help
-/// and exits.
+/// Parses `fault-test` arguments (after the command name) for the harness campaign.
+#[cfg(test)]
 pub fn parse_options(args: &[String]) -> Result<Options, String> {
     let argv = std::iter::once("cargo xtask fault-test").chain(args.iter().map(String::as_str));
-    let cli = match Cli::try_parse_from(argv) {
+    let cli = match <Cli as clap::Parser>::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => return Err(e.render().to_string().trim_end().to_string()),
     };
-    Ok(from_cli(cli))
+    harness_options(cli.args, 100)
 }
 
-fn from_cli(cli: Cli) -> Options {
-    let windows = if cli.windows.iter().any(|w| w == "all") {
+/// The harness campaign's options from `cli`, with `runs` runs a row unless `--runs` says
+/// otherwise; an error for options of the other runtime.
+pub fn harness_options(cli: Args, runs: usize) -> Result<Options, String> {
+    if cli.runtime != Runtime::Harness {
+        return Err("these options are for --runtime harness".into());
+    }
+    if !cli.models.is_empty() {
+        return Err("--model is an option of --runtime onnxruntime".into());
+    }
+    let windows = if cli.windows.is_empty() {
+        WindowChoice::Named(DEFAULT_WINDOWS.split(',').map(String::from).collect())
+    } else if cli.windows.iter().any(|w| w == "all") {
         WindowChoice::All
     } else {
         let mut named: Vec<String> = Vec::new();
@@ -165,9 +222,9 @@ fn from_cli(cli: Cli) -> Options {
         }
         WindowChoice::Named(named)
     };
-    Options {
-        runs: cli.runs,
-        threads: cli.threads,
+    Ok(Options {
+        runs: cli.runs.unwrap_or(runs),
+        threads: cli.threads.unwrap_or(32),
         seed: cli.seed.unwrap_or_else(clock_seed),
         scenarios: dedup(cli.scenarios),
         variants: dedup(cli.variants),
@@ -187,7 +244,7 @@ fn from_cli(cli: Cli) -> Options {
         }),
         env: Vec::new(),
         label: None,
-    }
+    })
 }
 
 fn dedup(names: Vec<String>) -> Vec<String> {
@@ -253,6 +310,39 @@ mod tests {
             parse(&["--window", "held,all"]).unwrap().windows,
             WindowChoice::All
         );
+    }
+
+    #[test]
+    fn one_parser_for_both_runtimes() {
+        let o = parse(&["--runtime", "harness", "--runs", "7"]).unwrap();
+        assert_eq!((o.runs, o.threads), (7, 32));
+        assert!(parse(&["--model", "mul_1"]).is_err());
+        assert!(parse(&["--runtime", "onnxruntime"]).is_err());
+        assert!(parse(&["--runtime", "tensorflow"]).is_err());
+        let argv = [
+            "x",
+            "--runtime",
+            "onnxruntime",
+            "--model",
+            "a",
+            "--model",
+            "b",
+        ];
+        let args = <Cli as clap::Parser>::try_parse_from(argv).unwrap().args;
+        assert_eq!(args.runtime, Runtime::Onnxruntime);
+        assert_eq!(args.models, ["a", "b"]);
+        assert!(args.harness_only().is_empty());
+        let argv = [
+            "x",
+            "--runtime",
+            "onnxruntime",
+            "--scenario",
+            "s",
+            "--jobs",
+            "2",
+        ];
+        let args = <Cli as clap::Parser>::try_parse_from(argv).unwrap().args;
+        assert_eq!(args.harness_only(), ["--scenario", "--jobs"]);
     }
 
     #[test]

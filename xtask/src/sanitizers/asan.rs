@@ -6,23 +6,29 @@ use super::nightly::{Require, host_triple, nightly_available, nightly_cargo};
 use crate::fault_test;
 use crate::util;
 
+/// `cargo xtask asan --help`.
+pub const ASAN_ABOUT: &str = "\
+Builds keepalloc-harness with -Zsanitizer=address (nightly; target dir target/asan) and runs
+the fault-test campaign against it, 20 runs a row unless --runs says otherwise (the other
+options are fault-test's: see `cargo xtask fault-test --help`). A failed build always
+fails.";
+
+/// `cargo xtask asan` options: `--require` and the fault campaign's.
+#[derive(clap::Args, Debug)]
+pub struct AsanArgs {
+    /// Fail instead of printing `skipped` when nightly is missing or the host has no
+    /// AddressSanitizer (implied by CI=true).
+    #[arg(long)]
+    require: bool,
+    #[command(flatten)]
+    campaign: fault_test::Args,
+}
+
 /// `cargo xtask asan [fault-test options]`: builds the harness with
 /// `-Zsanitizer=address` (no `-Zbuild-std` needed: std itself is not instrumented, which
 /// is enough to catch the harness's and the libraries' own accesses) and runs the fault
-pub fn asan(args: &[String]) -> Result<(), String> {
-    let (require, args) = Require::take(args);
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!(
-            "usage: cargo xtask asan [--require] [fault-test options]\n\n\
-             Builds keepalloc-harness with -Zsanitizer=address (nightly; target dir\n\
-             target/asan) and runs the fault-test campaign against it, 20 runs a row unless\n\
-             --runs says otherwise (see `cargo xtask fault-test --help` for the options).\n\
-             --require fails instead of printing `skipped` when nightly is missing or\n\
-             the host has no AddressSanitizer (implied by CI=true); a failed build\n\
-             always fails.\n"
-        );
-        return Ok(());
-    }
+pub fn asan(options: AsanArgs) -> Result<(), String> {
+    let require = Require::new(options.require);
     if let Err(why) = nightly_available() {
         return require.skipped("asan", &why);
     }
@@ -50,11 +56,7 @@ pub fn asan(args: &[String]) -> Result<(), String> {
     let harness = fault_test::executable_from(cmd, "keepalloc-harness")
         .map_err(|why| format!("asan: building with AddressSanitizer failed: {why}"))?;
     eprintln!("asan: build took {:.0} s", built.elapsed().as_secs_f64());
-    let mut argv: Vec<String> = args.to_vec();
-    if !argv.iter().any(|a| a.starts_with("--runs")) {
-        argv.extend(["--runs".to_string(), "20".to_string()]);
-    }
-    let mut options = fault_test::Options::parse(&argv)?;
+    let mut options = fault_test::harness_options(options.campaign, 20)?;
     options.env.push((
         "ASAN_OPTIONS".into(),
         format!(

@@ -8,9 +8,8 @@ use super::nightly::{Require, nightly_available, nightly_cargo, probe};
 use super::pool::{POOL_SLOT_WITNESS_TEST, POOL_SOURCE, POOL_WITNESS_TEST, pool_mutant_config};
 use crate::util;
 
-pub(super) const MIRI_HELP: &str = "\
-usage: cargo xtask miri [--full] [--require] [args for `cargo miri test`]
-
+/// `cargo xtask miri --help`.
+pub const MIRI_ABOUT: &str = "\
 Runs keepalloc-allocators' and keepalloc-provider's tests, then two of the kernels
 pool's, under Miri (nightly, components miri and rust-src: `rustup component add miri
 rust-src --toolchain nightly`), with MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS
@@ -36,14 +35,24 @@ under Miri's data-race detector (the other pool tests are too slow under Miri or
 inline assembly), and the same two built as the pool's done_relaxed mutant (a worker
 counts its finished tasks with a relaxed add). The pool must pass; the mutant must fail
 with Miri's data race between a pool worker and the test's thread in kernels/src/pool.rs.
-A mutant that passes, or fails any other way (inconclusive), fails the command.
+A mutant that passes, or fails any other way (inconclusive), fails the command.";
 
-  --full      run everything, the three above included
-  --require   fail instead of printing `skipped` when nightly, miri or rust-src is
-              missing (implied by CI=true)
-";
+/// `cargo xtask miri` options.
+#[derive(clap::Args, Debug)]
+pub struct MiriArgs {
+    /// Run everything, the three slow tests included.
+    #[arg(long)]
+    full: bool,
+    /// Fail instead of printing `skipped` when nightly, miri or rust-src is missing
+    /// (implied by CI=true).
+    #[arg(long)]
+    require: bool,
+    /// Passed to `cargo miri test` (after `--`: to the test binaries).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    cargo_args: Vec<String>,
+}
 
-/// Test-name filters (`--skip`) of the default subset: see [`MIRI_HELP`].
+/// Test-name filters (`--skip`) of the default subset: see [`MIRI_ABOUT`].
 pub(super) const MIRI_SKIPPED: [&str; 3] = [
     "default_backend_is_the_feature_selected_one",
     "src/conformance.rs",
@@ -52,15 +61,11 @@ pub(super) const MIRI_SKIPPED: [&str; 3] = [
 
 /// `cargo xtask miri [--full] [args for cargo miri test]`: the allocator and provider tests
 /// under Miri (a stated subset unless `--full`).
-pub fn miri(args: &[String]) -> Result<(), String> {
-    let (require, mut args) = Require::take(args);
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{MIRI_HELP}");
-        return Ok(());
-    }
-    let full = args.iter().any(|a| a == "--full");
-    args.retain(|a| a != "--full");
-    if !full {
+pub fn miri(options: MiriArgs) -> Result<(), String> {
+    let require = Require::new(options.require);
+    let full = options.full;
+    let mut args = options.cargo_args;
+    if !options.full {
         if !args.iter().any(|a| a == "--") {
             args.push("--".into());
         }

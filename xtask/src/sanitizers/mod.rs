@@ -19,6 +19,6 @@ mod reports;
 mod tests;
 mod tsan;
 
-pub use asan::asan;
-pub use miri::miri;
-pub use tsan::tsan;
+pub use asan::{ASAN_ABOUT, AsanArgs, asan};
+pub use miri::{MIRI_ABOUT, MiriArgs, miri};
+pub use tsan::{TSAN_ABOUT, TsanArgs, tsan};

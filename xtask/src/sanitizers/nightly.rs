@@ -11,10 +11,8 @@ use crate::util;
 pub(super) struct Require(pub(super) Option<&'static str>);
 
 impl Require {
-    /// Takes `--require` out of `args`; required when it was there or when `CI=true`.
-    pub(super) fn take(args: &[String]) -> (Require, Vec<String>) {
-        let flag = args.iter().any(|a| a == "--require");
-        let rest = args.iter().filter(|a| *a != "--require").cloned().collect();
+    /// Required when `flag` (`--require`) was given or when `CI=true`.
+    pub(super) fn new(flag: bool) -> Require {
         let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
         let why = if flag {
             Some("--require")
@@ -23,7 +21,7 @@ impl Require {
         } else {
             None
         };
-        (Require(why), rest)
+        Require(why)
     }
 
     /// Prints why `command` was skipped and succeeds, or fails with the reason when

@@ -12,9 +12,8 @@ use crate::fault_test;
 use crate::process;
 use crate::util;
 
-pub(super) const TSAN_HELP: &str = "\
-usage: cargo xtask tsan [options]
-
+/// `cargo xtask tsan --help`.
+pub const TSAN_ABOUT: &str = "\
 ThreadSanitizer, with the nightly toolchain (`-Zsanitizer=thread -Zbuild-std --target
 <host>`, release profile, target dir target/tsan; needs the rust-src component). Runs
 
@@ -57,15 +56,6 @@ TSAN_OPTIONS gets atexit_sleep_ms=0:halt_on_error=0:exitcode=66 (yours are appen
 KEEPALLOC_TEST_DEADLOCK_SECS half of --timeout (the pool tests' watchdog: a hung test is
 named on stderr and aborts, which is inconclusive too).
 Logs of every run that was not clean: target/tsan/logs/.
-
-options:
-  --runs N          fresh processes per harness row and of each pool mutant (default 20)
-  --test-runs N     runs of each provider and kernels test binary (default 3)
-  --seed N          base seed of the harness runs; run i uses N+i (default: from the clock)
-  --timeout SECS    a process that takes longer is killed: inconclusive (default 300)
-  --require         fail instead of printing `skipped` when nightly or rust-src is
-                    missing or the host has no ThreadSanitizer (implied by CI=true); a
-                    failed build always fails
 ";
 
 /// Exit code ThreadSanitizer is told to use when it reported something.
@@ -74,6 +64,36 @@ pub(super) const TSAN_EXIT: i32 = 66;
 /// The marker of a ThreadSanitizer report on stderr.
 pub(super) const TSAN_WARNING: &str = "WARNING: ThreadSanitizer: ";
 
+/// `cargo xtask tsan` options.
+#[derive(clap::Args, Debug)]
+pub struct TsanArgs {
+    /// Fresh processes per harness row and of each pool mutant.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = positive::<usize>)]
+    pub(super) runs: usize,
+    /// Runs of each provider and kernels test binary.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = positive::<usize>)]
+    pub(super) test_runs: usize,
+    /// Base seed of the harness runs; run i uses N+i [default: from the clock].
+    #[arg(long, value_name = "N")]
+    pub(super) seed: Option<u64>,
+    /// A process that takes longer is killed: inconclusive.
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = positive::<u64>)]
+    pub(super) timeout: u64,
+    /// Fail instead of printing `skipped` when nightly or rust-src is missing or the host
+    /// has no ThreadSanitizer (implied by CI=true); a failed build always fails.
+    #[arg(long)]
+    pub(super) require: bool,
+}
+
+/// A positive number of runs or seconds.
+fn positive<N: std::str::FromStr + PartialOrd + Default>(v: &str) -> Result<N, String> {
+    match v.parse::<N>() {
+        Ok(n) if n > N::default() => Ok(n),
+        _ => Err(format!("expected a positive integer, not `{v}`")),
+    }
+}
+
+/// The options `tsan` runs with.
 #[derive(Debug)]
 pub(super) struct TsanOptions {
     pub(super) runs: usize,
@@ -83,46 +103,18 @@ pub(super) struct TsanOptions {
 }
 
 impl TsanOptions {
-    /// `Ok(None)` for `--help`.
-    pub(super) fn parse(args: &[String]) -> Result<Option<TsanOptions>, String> {
-        let mut o = TsanOptions {
-            runs: 20,
-            test_runs: 3,
-            seed: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_secs() % 1_000_000)
-                .unwrap_or(1),
-            timeout: Duration::from_secs(300),
-        };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) => (f, Some(v.to_string())),
-                None => (arg.as_str(), None),
-            };
-            let mut value = || {
-                inline
-                    .clone()
-                    .or_else(|| it.next().cloned())
-                    .ok_or(format!("{flag} needs a value"))
-            };
-            let number = |v: String| -> Result<u64, String> {
-                v.parse()
-                    .map_err(|_| format!("{flag} takes a number, not `{v}`"))
-            };
-            match flag {
-                "--runs" => o.runs = number(value()?)? as usize,
-                "--test-runs" => o.test_runs = number(value()?)? as usize,
-                "--seed" => o.seed = number(value()?)?,
-                "--timeout" => o.timeout = Duration::from_secs(number(value()?)?),
-                "--help" | "-h" => return Ok(None),
-                other => return Err(format!("unknown option `{other}`\n{TSAN_HELP}")),
-            }
+    pub(super) fn from_args(args: &TsanArgs) -> TsanOptions {
+        TsanOptions {
+            runs: args.runs,
+            test_runs: args.test_runs,
+            seed: args.seed.unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_secs() % 1_000_000)
+                    .unwrap_or(1)
+            }),
+            timeout: Duration::from_secs(args.timeout),
         }
-        if o.runs == 0 || o.test_runs == 0 || o.timeout.is_zero() {
-            return Err("--runs, --test-runs and --timeout must be positive".into());
-        }
-        Ok(Some(o))
     }
 }
 
@@ -354,13 +346,10 @@ pub(super) fn held_window_args(harness: &Path) -> Result<Vec<String>, String> {
     }
 }
 
-/// `cargo xtask tsan [options]`: see [`TSAN_HELP`].
-pub fn tsan(args: &[String]) -> Result<(), String> {
-    let (require, args) = Require::take(args);
-    let Some(options) = TsanOptions::parse(&args)? else {
-        print!("{TSAN_HELP}");
-        return Ok(());
-    };
+/// `cargo xtask tsan [options]`: see [`TSAN_ABOUT`].
+pub fn tsan(args: TsanArgs) -> Result<(), String> {
+    let require = Require::new(args.require);
+    let options = TsanOptions::from_args(&args);
     if let Err(why) = nightly_available() {
         return require.skipped("tsan", &why);
     }
