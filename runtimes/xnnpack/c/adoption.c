@@ -1,13 +1,18 @@
 /* The C adoption check against a real XNNPACK, loaded with dlopen.
  *
  *   adoption debian  PATH fresh|preinitialized   (Debian's 2022 libXNNPACK.so.0)
- *   adoption current PATH                        (ExecuTorch's 2026 XNNPACK)
+ *   adoption current PATH [adopted|hidden]       (ExecuTorch's 2026 XNNPACK)
  *
  * Expected: Debian fresh -> adopted (exit 0 only if keepalloc_acquire returned KEEPALLOC_OK
  * and the owner's counters moved); Debian preinitialized (xnn_initialize(NULL) first, the
  * negative control) and ExecuTorch's -> not adopted (exit 0 only if keepalloc_acquire
  * returned KEEPALLOC_INIT_FAILED with not_adopted set, twice, with one owner).
- * Any other result exits 1 with a message. Run by `cargo xtask c-adoption`. */
+ * `current PATH adopted`: the run under LD_PRELOAD=libkeepalloc_preload.so, linked against
+ * the shared libkeepalloc (the preload's owner): ExecuTorch's copy was initialized with the
+ * owner's table while it loaded, so the check must say adopted. `current PATH hidden`: a
+ * library that does not export xnn_initialize must be reported "not adoptable (hidden)".
+ * Any other result exits 1 with a message. Run by `cargo xtask c-adoption` and by
+ * keepalloc-xnnpack's tests/preload.rs. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,11 +56,25 @@ int main(int argc, char** argv) {
   }
   current = strcmp(argv[1], "current") == 0;
   int preinitialized = argc > 3 && strcmp(argv[3], "preinitialized") == 0;
-  int expect_adopted = !current && !preinitialized;
+  int expect_hidden = current && argc > 3 && strcmp(argv[3], "hidden") == 0;
+  int expect_adopted = current ? argc > 3 && strcmp(argv[3], "adopted") == 0 : !preinitialized;
   lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     fprintf(stderr, "dlopen: %s\n", dlerror());
     return 2;
+  }
+  /* Nothing outside the library can reach an XNNPACK whose entry points it does not export
+     (LD_PRELOAD included): say so instead of "not adopted". */
+  if (dlsym(lib, "xnn_initialize") == NULL) {
+    printf("%s: not adoptable (hidden): xnn_initialize is not in its dynamic symbol table\n",
+           argv[2]);
+    if (expect_hidden) return 0;
+    fprintf(stderr, "FAIL: %s does not export xnn_initialize\n", argv[2]);
+    return 1;
+  }
+  if (expect_hidden) {
+    fprintf(stderr, "FAIL: %s exports xnn_initialize: it is not hidden\n", argv[2]);
+    return 1;
   }
   /* A 2022 library has no reshape function; a current one must: never call one
      generation's signature on the other. */
@@ -77,9 +96,12 @@ int main(int argc, char** argv) {
          (unsigned long long) st.owners_constructed, (unsigned long long) st.allocations);
   if (expect_adopted) {
     if (s != KEEPALLOC_OK || x.not_adopted || table == NULL || st.allocations == 0) {
-      fprintf(stderr, "FAIL: a fresh XNNPACK must adopt keepalloc's table\n");
+      fprintf(stderr, "FAIL: %s\n",
+              current ? "under the preload ExecuTorch's XNNPACK must have adopted the owner"
+                      : "a fresh XNNPACK must adopt keepalloc's table");
       return 1;
     }
+    printf("  adopted\n");
     return 0;
   }
   if (s != KEEPALLOC_INIT_FAILED || !x.not_adopted || table != NULL) {

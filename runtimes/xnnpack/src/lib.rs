@@ -10,6 +10,13 @@
 //! success. [`adopt`] runs that as keepalloc's init hook, inside the provider's once: a
 //! not-adopted library leaves the once incomplete and keeps the owner, like any failed init.
 //!
+//! A runtime nobody can rebuild (ExecuTorch's XNNPACK backend) is adopted by interposition
+//! instead: `libkeepalloc_preload.so` (`preload/keepalloc_preload.c`, installed by
+//! `cargo xtask install`) in `LD_PRELOAD` takes the runtime's own `xnn_initialize(NULL)` and
+//! runs it with keepalloc's table inside the once of the library `xnnpack@<file name>`.
+//! [`interposition`] says from a library's ELF file whether a preload can reach its XNNPACK
+//! at all ("not adoptable (hidden)" for LiteRT's).
+//!
 //! XNNPACK is loaded at run time ([`Xnnpack::load`]), with the function signatures of the
 //! header it was built from ([`Generation`]): Debian's 2022 snapshot and the current
 //! (2025-06 onwards) API differ in `xnn_create_fully_connected_nc_f32` and in the
@@ -17,6 +24,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+mod elf;
 mod library;
 
 use std::path::PathBuf;
@@ -25,6 +33,7 @@ use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_provider::{AllocatorHandle, GlobalProvider, InitError, ProviderError};
 
+pub use elf::{Interposition, interposition};
 pub use library::{
     Generation, Namespace, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS, XNN_STATUS_UNINITIALIZED,
     XnnStatus, Xnnpack,
@@ -58,6 +67,9 @@ pub enum XnnpackError {
          success to later calls)"
     )]
     NotAdopted,
+    /// The library's ELF file could not be read ([`interposition`]).
+    #[error("cannot read the ELF file {0}: {1}")]
+    Elf(PathBuf, String),
 }
 
 /// Calls `xnn_initialize(table)` and verifies adoption: a 1×1 fully-connected operator is
