@@ -12,6 +12,7 @@ mod fault_test;
 mod install;
 mod loom;
 mod mutants;
+mod preload;
 mod process;
 mod runtimes;
 mod sanitizers;
@@ -74,6 +75,10 @@ enum Command {
     /// Download + unpack the pinned onnxruntime and executorch wheels (target/runtimes).
     #[command(long_about = runtimes::LONG_ABOUT)]
     Runtimes(runtimes::Args),
+    /// libkeepalloc_preload.so on ExecuTorch's XNNPACK through the installed files, from C
+    /// and Python ctypes, with and without LD_PRELOAD.
+    #[command(long_about = preload::LONG_ABOUT)]
+    PreloadCheck(preload::Args),
     /// cargo-mutants on the provider, the C table and the kernels pool; >= 95% caught
     /// (cargo-mutants 27.1.0).
     #[command(long_about = mutants::LONG_ABOUT)]
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Command::AllocBench(args) => alloc_bench::run(args),
         Command::Runtimes(args) => runtimes::run(args),
         Command::Mutants(args) => mutants::run(args),
+        Command::PreloadCheck(args) => preload::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -143,7 +149,7 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::DisplayHelp, "{name} --help");
             checked += 1;
         }
-        assert_eq!(checked, 11);
+        assert_eq!(checked, 12);
         let top = Cli::try_parse_from(["cargo xtask", "--help"]).unwrap_err();
         assert_eq!(top.kind(), ErrorKind::DisplayHelp);
     }
@@ -170,6 +176,7 @@ mod tests {
             "mutants --no-extra --part pool",
             "runtimes --force",
             "alloc-bench --layouts 3",
+            "preload-check",
         ] {
             let argv = std::iter::once("cargo xtask").chain(line.split(' '));
             if let Err(e) = Cli::try_parse_from(argv) {

@@ -1,0 +1,259 @@
+//! `libkeepalloc_preload.so`: build it into an installed libdir ([`install`], which
+//! `cargo xtask install` calls), and `cargo xtask preload-check`, the check CI runs on the
+//! installed files.
+//!
+//! The preload is one C file (`runtimes/xnnpack/preload/keepalloc_preload.c`), compiled with
+//! `$CC` rather than built by cargo: it must link the *shared* libkeepalloc (one owner per
+//! process, shared with every caller of keepalloc's C API), which a cargo dependency on
+//! keepalloc-capi would copy in statically instead, and it runs inside a static constructor
+//! during `dlopen`, where C's lack of unwinding and of a global allocator is the point.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use crate::util;
+
+/// `cargo xtask preload-check --help`.
+pub const LONG_ABOUT: &str = "\
+Installs keepalloc into PREFIX (cargo xtask install --prefix PREFIX, then
+libkeepalloc_preload.so beside libkeepalloc, RUNPATH $ORIGIN), and runs ExecuTorch 1.5.1's
+XNNPACK backend (cargo xtask runtimes) through the installed files: a C program
+(runtimes/xnnpack/c/preload_check.c, linked against the installed libkeepalloc) and a Python
+process through ctypes (runtimes/xnnpack/python/preload_check.py) dlopen the runtime, create,
+run and delete FC operators and a subgraph, and read keepalloc_get_stats. With
+LD_PRELOAD=PREFIX/lib/libkeepalloc_preload.so every allocation goes through the owner and
+live bytes return to zero; without it the owner sees none. A missing runtime or python3 is an
+error under CI=true, and NOT RUN otherwise.
+
+environment: CC (default cc), PYTHON (default python3), CI.";
+
+/// `cargo xtask preload-check` options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where to install (default target/preload-check/prefix).
+    #[arg(long)]
+    pub prefix: Option<PathBuf>,
+}
+
+/// The preload's file name.
+pub const FILE: &str = "libkeepalloc_preload.so";
+
+fn output(cmd: &mut Command) -> Result<Output, String> {
+    cmd.output()
+        .map_err(|e| format!("could not start {cmd:?}: {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `readelf -d FILE`.
+fn dynamic_section(file: &Path) -> Result<String, String> {
+    let out = output(Command::new("readelf").arg("-dW").arg(file))?;
+    if !out.status.success() {
+        return Err(format!("readelf -d {}: {}", file.display(), text(&out)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Builds `libkeepalloc_preload.so` into `libdir`, beside an installed libkeepalloc
+/// (`libdir/libkeepalloc.so`, the link to its soname'd file), and returns its path.
+///
+/// It is linked with `-L libdir -lkeepalloc`, so it needs libkeepalloc by its soname (whatever
+/// that is), with RUNPATH `$ORIGIN`: it finds the libkeepalloc next to it wherever the libdir
+/// is moved. Checked after the build with `readelf`: the soname needed, the RUNPATH, and
+/// `xnn_initialize` exported.
+pub fn install(libdir: &Path) -> Result<PathBuf, String> {
+    let root = util::root();
+    let keepalloc = libdir.join("libkeepalloc.so");
+    if !keepalloc.exists() {
+        return Err(format!(
+            "{} is not installed: install libkeepalloc first",
+            keepalloc.display()
+        ));
+    }
+    let soname = dynamic_section(&keepalloc)?
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("Library soname: [")?;
+            Some(rest.trim_end_matches(']').to_owned())
+        })
+        .ok_or_else(|| format!("{} has no soname", keepalloc.display()))?;
+    let preload = libdir.join(FILE);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = output(
+        Command::new(&cc)
+            .args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror"])
+            .args(["-fPIC", "-shared", "-fvisibility=hidden"])
+            .arg("-I")
+            .arg(root.join("capi/include"))
+            .arg(root.join("runtimes/xnnpack/preload/keepalloc_preload.c"))
+            .arg("-o")
+            .arg(&preload)
+            .arg("-L")
+            .arg(libdir)
+            .arg("-lkeepalloc")
+            .arg(format!("-Wl,-soname,{FILE}"))
+            .args(["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"]),
+    )?;
+    if !out.status.success() {
+        return Err(format!("{cc} keepalloc_preload.c: {}", text(&out)));
+    }
+    let dynamic = dynamic_section(&preload)?;
+    if !dynamic.contains(&format!("Shared library: [{soname}]")) {
+        return Err(format!(
+            "{} does not need {soname}:\n{dynamic}",
+            preload.display()
+        ));
+    }
+    if !dynamic.contains("(RUNPATH)") || !dynamic.contains("[$ORIGIN]") {
+        return Err(format!(
+            "{} has no RUNPATH $ORIGIN:\n{dynamic}",
+            preload.display()
+        ));
+    }
+    let symbols = output(
+        Command::new("nm")
+            .args(["-D", "--defined-only"])
+            .arg(&preload),
+    )?;
+    if !String::from_utf8_lossy(&symbols.stdout)
+        .lines()
+        .any(|l| l.ends_with(" T xnn_initialize"))
+    {
+        return Err(format!(
+            "{} does not export xnn_initialize",
+            preload.display()
+        ));
+    }
+    println!(
+        "installed {} (needs {soname}, RUNPATH $ORIGIN)",
+        preload.display()
+    );
+    Ok(preload)
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn executorch_xnnpack(root: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(root.join("target/runtimes/runtimes.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let p = PathBuf::from(v["executorch"]["xnnpack_backend"].as_str()?);
+    p.is_file().then_some(p)
+}
+
+/// Runs one check, with `preload` in LD_PRELOAD or none; prints its output and time; fails
+/// unless it exits 0.
+fn check(label: &str, cmd: &mut Command, preload: Option<&Path>) -> Result<(), String> {
+    cmd.env_remove("LD_PRELOAD")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("KEEPALLOC_ADOPT")
+        .env_remove("KEEPALLOC_SCRIBBLE");
+    if let Some(p) = preload {
+        cmd.env("LD_PRELOAD", p);
+    }
+    let start = Instant::now();
+    let out = output(cmd)?;
+    let took = start.elapsed().as_secs_f64();
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        return Err(format!("{label}: {}", text(&out)));
+    }
+    println!("preload-check: {label}: passed in {took:.3} s");
+    Ok(())
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> Result<(), String> {
+    let root = util::root();
+    let prefix = args
+        .prefix
+        .unwrap_or_else(|| root.join("target/preload-check/prefix"));
+    let Some(runtime) = executorch_xnnpack(&root) else {
+        let why = "ExecuTorch's XNNPACK is not unpacked (run `cargo xtask runtimes`)";
+        if ci() {
+            return Err(format!("CI=true and {why}"));
+        }
+        eprintln!("preload-check: NOT RUN (passes only because CI is not true): {why}");
+        return Ok(());
+    };
+    util::run(
+        util::cargo()
+            .args(["xtask", "install", "--prefix"])
+            .arg(&prefix),
+    )?;
+    let libdir = prefix.join("lib");
+    // `cargo xtask install` installs the preload too; built again here in case it does not.
+    let preload = install(&libdir)?;
+    let keepalloc = libdir.join("libkeepalloc.so");
+
+    let exe = root.join("target/preload-check/preload_check");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = output(
+        Command::new(&cc)
+            .args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror"])
+            .arg("-I")
+            .arg(prefix.join("include"))
+            .arg(root.join("runtimes/xnnpack/c/preload_check.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-L")
+            .arg(&libdir)
+            .arg("-lkeepalloc")
+            .arg(format!("-Wl,-rpath,{}", libdir.display()))
+            .args(["-ldl", "-lpthread", "-lm"]),
+    )?;
+    if !out.status.success() {
+        return Err(format!("{cc} preload_check.c: {}", text(&out)));
+    }
+    check(
+        "C program, LD_PRELOAD=the installed preload",
+        Command::new(&exe).arg(&runtime).args(["ops", "adopted"]),
+        Some(&preload),
+    )?;
+    check(
+        "C program, no preload",
+        Command::new(&exe).arg(&runtime).args(["ops", "none"]),
+        None,
+    )?;
+
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    if output(Command::new(&python).arg("--version")).is_err() {
+        if ci() {
+            return Err(format!("CI=true and {python} cannot be run"));
+        }
+        eprintln!(
+            "preload-check: Python NOT RUN (passes only because CI is not true): no {python}"
+        );
+        return Ok(());
+    }
+    let script = root.join("runtimes/xnnpack/python/preload_check.py");
+    for (expect, with) in [("adopted", Some(preload.as_path())), ("none", None)] {
+        check(
+            &format!(
+                "Python ctypes, {}",
+                if with.is_some() {
+                    "LD_PRELOAD=the installed preload"
+                } else {
+                    "no preload"
+                }
+            ),
+            Command::new(&python)
+                .arg(&script)
+                .arg(&runtime)
+                .arg(&keepalloc)
+                .arg(expect),
+            with,
+        )?;
+    }
+    println!("preload-check: 4 checks passed");
+    Ok(())
+}
