@@ -38,7 +38,7 @@ const MIN_ITERATIONS: u32 = 10_000;
 const RUN_NS: f64 = 25e6;
 /// A multiple of the four modes: each takes every position in the round equally often.
 const ROUNDS: usize = 48;
-const _: () = assert!(ROUNDS % MODES.len() == 0);
+const _: () = assert!(ROUNDS.is_multiple_of(MODES.len()));
 const MODES: [&str; 4] = ["direct", "table", "direct64", "table64"];
 
 /// Nanoseconds per alloc + free over `iterations` pairs.

@@ -433,7 +433,7 @@ pub fn check_table(table: &AllocatorTable, options: Options) {
         fill(p, 40, 5);
         let q = reallocate(ctx, p.cast(), options.max_size.max(100)).cast::<u8>();
         assert!(
-            !q.is_null() && q as usize % 256 == 0,
+            !q.is_null() && (q as usize).is_multiple_of(256),
             "reallocate lost alignment"
         );
         verify(q, 40, 5, "aligned reallocate");

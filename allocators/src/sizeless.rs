@@ -356,7 +356,8 @@ mod mi {
         ) -> (*mut u8, usize, usize) {
             // SAFETY: `ptr` is a live mimalloc block (the caller's promise).
             let usable = unsafe { mi_usable_size(ptr.cast_const().cast()) };
-            if size <= usable && size >= usable - usable / 2 && ptr as usize % align == 0 {
+            if size <= usable && size >= usable - usable / 2 && (ptr as usize).is_multiple_of(align)
+            {
                 return (ptr, 0, 0);
             }
             let (fresh, new) = self.alloc_aligned_usable(size, align);

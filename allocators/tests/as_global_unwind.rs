@@ -9,7 +9,6 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::NonNull;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::AsGlobal;
@@ -40,11 +39,7 @@ fn case(test: &str, call: fn(&AsGlobal<Panics>)) {
         // Reached only if the panic unwound out of `AsGlobal`.
         std::process::exit(0);
     }
-    let out = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env(CHILD, test)
-        .output()
-        .expect("run the child");
+    let out = keepalloc_testkit::rerun(test, &[(CHILD, test)]);
     assert_eq!(
         out.status.signal(),
         Some(6), // SIGABRT

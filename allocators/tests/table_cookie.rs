@@ -11,7 +11,6 @@
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
-use std::process::Command;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
@@ -79,16 +78,10 @@ fn freeing_another_owners_block_aborts_with_a_message() {
         println!("not detected");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            "freeing_another_owners_block_aborts_with_a_message",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
+    let out = keepalloc_testkit::rerun(
+        "freeing_another_owners_block_aborts_with_a_message",
+        &[(CHILD, "1")],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -118,7 +111,7 @@ fn headerless_owners_share_the_heap_and_move_the_count() {
     // SAFETY: tables from `for_allocator`; the block is freed once (through the other owner's table, which a headerless table allows: both are glibc underneath).
     unsafe {
         let p = x.aligned_allocate().unwrap()(x.context(), 64, 64);
-        assert!(!p.is_null() && p as usize % 64 == 0);
+        assert!(!p.is_null() && (p as usize).is_multiple_of(64));
         // No header: the owner counted the backend's usable size of the very pointer C got
         // (a header table counts 64 bytes of header and padding on top, 128 in all).
         let usable = X.usable_size(p.cast());

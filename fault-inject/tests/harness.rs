@@ -5,6 +5,7 @@
 use std::process::{Command, Output};
 
 use keepalloc_fault_inject::report::exit;
+use keepalloc_testkit::describe;
 
 fn harness(scenario: &str, variant: &str, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_keepalloc-harness"))
@@ -26,15 +27,6 @@ fn result_line(out: &Output, scenario: &str, variant: &str) -> String {
     let line = lines[0].to_string();
     assert!(line.contains(&format!("scenario={scenario} variant={variant} seed=7")));
     line
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use std::process::{Command, Output};
 
 use keepalloc_fault_inject::report::exit;
+use keepalloc_testkit::describe;
 
 fn harness(scenario: &str, variant: &str, scribble: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_keepalloc-harness"));
@@ -17,15 +18,6 @@ fn harness(scenario: &str, variant: &str, scribble: Option<&str>) -> Output {
         None => command.env_remove("KEEPALLOC_SCRIBBLE"),
     };
     command.output().expect("spawn keepalloc-harness")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

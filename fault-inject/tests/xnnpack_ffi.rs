@@ -28,7 +28,6 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use std::io::Write;
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Barrier, OnceLock};
 
@@ -36,6 +35,7 @@ use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_fault_inject::report::exit;
 use keepalloc_fault_inject::{Scribble, ScribbleConfig};
 use keepalloc_provider::{GlobalProvider, InitError, Provider};
+use keepalloc_testkit::{describe, not_run, rerun};
 
 const THREADS: usize = 32;
 const SCENARIO_ENV: &str = "XNNPACK_FFI_SCENARIO";
@@ -411,26 +411,9 @@ fn racy_scenario() {
 // The parent: one fresh process per run.
 
 fn run_child(scenario: &str) -> std::process::Output {
-    Command::new(std::env::current_exe().expect("the test executable"))
-        .args([
-            "--exact",
-            "xnnpack_through_ffi",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(SCENARIO_ENV, scenario)
-        .env("MALLOC_PERTURB_", "165")
-        .output()
-        .expect("a child process")
-}
-
-fn describe(out: &std::process::Output) -> String {
-    format!(
-        "{}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    rerun(
+        "xnnpack_through_ffi",
+        &[(SCENARIO_ENV, scenario), ("MALLOC_PERTURB_", "165")],
     )
 }
 
@@ -463,12 +446,10 @@ fn xnnpack_through_ffi() {
     }
 
     if XNN.get_or_init(load_xnnpack).is_none() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-        assert!(
-            !ci,
-            "libXNNPACK.so could not be loaded, and CI is set: install libxnnpack-dev"
+        not_run(
+            "xnnpack_through_ffi",
+            "libXNNPACK.so could not be loaded: install libxnnpack-dev",
         );
-        println!("skipped: libxnnpack-dev not installed");
         return;
     }
 

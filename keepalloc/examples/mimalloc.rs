@@ -16,7 +16,7 @@ fn main() {
     let free = table.aligned_deallocate().expect("aligned_deallocate");
     // SAFETY: keepalloc's table, filled; the block is freed once, through the same table.
     let p = unsafe { allocate(table.context(), 64, 4096) };
-    assert!(!p.is_null() && p as usize % 64 == 0);
+    assert!(!p.is_null() && (p as usize).is_multiple_of(64));
     println!("mimalloc owner: live bytes {}", a.stats().live_bytes);
     assert!(a.stats().live_bytes >= 4096);
     // SAFETY: as above.

@@ -402,10 +402,10 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
         &'static self,
         init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
     ) -> Result<AllocatorHandle<B>, ProviderError> {
-        if self.libraries.default_library().is_initialized() {
-            if let Some(owner) = self.cell.get() {
-                return Ok(AllocatorHandle { owner });
-            }
+        if self.libraries.default_library().is_initialized()
+            && let Some(owner) = self.cell.get()
+        {
+            return Ok(AllocatorHandle { owner });
         }
         self.run_library(0, self.libraries.default_library(), DEFAULT_LIBRARY, init)
             .map(|(handle, _)| handle)

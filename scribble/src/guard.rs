@@ -477,11 +477,11 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, context: *m
     // trampoline (the interrupted frame's address is the faulting PC itself; it is stored
     // plus one because symbolization looks up the byte before a return address).
     let mut captured = &mut frames[..n];
-    if let Some(pc) = pc_of(context) {
-        if let Some(k) = captured.iter().position(|&ip| ip == pc || ip == pc + 1) {
-            captured[k] = pc + 1;
-            captured = &mut captured[k..];
-        }
+    if let Some(pc) = pc_of(context)
+        && let Some(k) = captured.iter().position(|&ip| ip == pc || ip == pc + 1)
+    {
+        captured[k] = pc + 1;
+        captured = &mut captured[k..];
     }
     let mut job = ReportJob {
         slot,

@@ -266,10 +266,10 @@ impl<A: Allocator, H: ScribbleHooks> Scribble<A, H> {
     pub fn history(&self, address: usize) -> Option<BlockHistory> {
         let s = self.state();
         let inside = |user: usize, size: usize| address >= user && address - user < size.max(1);
-        if let Some((_, b)) = s.live.range(..=address).next_back() {
-            if inside(b.user, b.size) {
-                return Some(b.history(BlockState::Live));
-            }
+        if let Some((_, b)) = s.live.range(..=address).next_back()
+            && inside(b.user, b.size)
+        {
+            return Some(b.history(BlockState::Live));
         }
         if let Some(b) = s.quarantine.iter().find(|b| inside(b.user, b.size)) {
             return Some(b.history(BlockState::Freed));
@@ -486,7 +486,11 @@ impl<A: Allocator, H: ScribbleHooks> Scribble<A, H> {
     /// Whether this allocation is sampled into guard-page mode.
     fn sample(&self) -> bool {
         let every = self.config().guard.sample_every;
-        every != 0 && self.sampled.fetch_add(1, Ordering::Relaxed) % u64::from(every) == 0
+        every != 0
+            && self
+                .sampled
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(u64::from(every))
     }
 
     fn allocate_guarded(&self, layout: Layout) -> Option<NonNull<[u8]>> {
@@ -579,10 +583,10 @@ unsafe impl<A: Allocator, H: ScribbleHooks> Allocator for Scribble<A, H> {
         let config = *self.config();
         if config.guard.enabled() {
             guard::ensure_alt_stack();
-            if self.sample() {
-                if let Some(block) = self.allocate_guarded(layout) {
-                    return Ok(block);
-                }
+            if self.sample()
+                && let Some(block) = self.allocate_guarded(layout)
+            {
+                return Ok(block);
             }
         }
         let (outer, front) = self.outer(layout).ok_or(AllocError)?;

@@ -5,22 +5,18 @@
 //! report names the block and carries the faulting, free and allocation stacks.
 
 use core::alloc::Layout;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::System;
 use keepalloc_scribble::{Scribble, ScribbleConfig, exit};
+use keepalloc_testkit::{describe, rerun};
 
 const CHILD: &str = "KEEPALLOC_SCRIBBLE_TEST_CHILD";
 
 /// Runs the ignored test `name` of this binary in a child process with `spec`.
 fn child(name: &str, spec: &str) -> Output {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([name, "--exact", "--nocapture", "--include-ignored"])
-        .args(["--test-threads", "1"])
-        .env(CHILD, spec)
-        .output()
-        .expect("spawn the test binary")
+    rerun(name, &[(CHILD, spec)])
 }
 
 /// The child's allocator, configured by the parent.
@@ -29,15 +25,6 @@ fn child_heap() -> Scribble<System> {
     Scribble::new(
         System,
         ScribbleConfig::from_env_spec(&spec).expect("valid spec"),
-    )
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     )
 }
 

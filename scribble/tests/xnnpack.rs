@@ -19,11 +19,12 @@
 use core::alloc::Layout;
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::NonNull;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_scribble::{Scribble, ScribbleConfig, exit};
+use keepalloc_testkit::{describe, not_run, rerun};
 
 const CHILD: &str = "KEEPALLOC_SCRIBBLE_XNN_CHILD";
 
@@ -252,32 +253,17 @@ fn child_use_after_delete() {
 fn xnnpack_available() -> bool {
     if load().is_none() {
         // CI installs libxnnpack-dev: there a missing library is a failure, not a skip.
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-        assert!(
-            !ci,
-            "libXNNPACK.so could not be loaded, and CI is set: install libxnnpack-dev"
+        not_run(
+            "scribble's XNNPACK tests",
+            "libXNNPACK.so could not be loaded: install libxnnpack-dev",
         );
-        eprintln!("skipped: XNNPACK (libXNNPACK.so from libxnnpack-dev) is not installed");
         return false;
     }
     true
 }
 
 fn child(name: &str, spec: &str) -> Output {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([name, "--exact", "--nocapture", "--include-ignored"])
-        .env(CHILD, spec)
-        .output()
-        .expect("spawn the test binary")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    rerun(name, &[(CHILD, spec)])
 }
 
 #[test]

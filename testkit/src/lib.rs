@@ -2,7 +2,7 @@
 //!
 //! * [`child`]: re-run this test binary as a fresh process for one test, and describe what
 //!   it did when an assertion about it fails.
-//! * [`not_run`]: a test that cannot run here (a runtime or a system library is missing) says
+//! * [`not_run`](mod@not_run): a test that cannot run here (a runtime or a system library is missing) says
 //!   so where a person sees it, and fails instead under `CI=true`.
 //! * [`runtimes`]: the pinned ONNX Runtime and ExecuTorch wheels, fetched and unpacked on first
 //!   use into `target/runtimes/` (the same code `cargo xtask runtimes` runs).

@@ -21,12 +21,12 @@ pub struct Measured {
     pub rounds: Vec<f64>,
     /// Per round, the slowest core's GFLOPS in the probes just before and after the batch.
     pub floors: Vec<f64>,
-    /// Per round, whether the process was idle before the batch ([`probe::quiesce`]; always
+    /// Per round, whether the process was idle before the batch ([`crate::probe::quiesce`]; always
     /// true where the runners take no pause).
     pub idle: Vec<bool>,
     /// Per round, how long the pause before the batch lasted, in ms (0 without one).
     pub pause_ms: Vec<f64>,
-    /// Per round, whether the batch was steady: its floor at least [`STEADY`] of the best
+    /// Per round, whether the batch was steady: its floor at least [`crate::timing::STEADY`] of the best
     /// one-core probe of the run, and the process idle before it.
     pub steady: Vec<bool>,
 }

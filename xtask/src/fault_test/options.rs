@@ -34,7 +34,7 @@ runtimes/onnxruntime/models/, each run a fresh keepalloc-ort-child: the count ru
 every allocation site, probability:P@SEED (P 0.05 and 0.25, --runs seeds, --threads
 threads), refuse-registrations:3 and the foreign-allocator control; fails on a broken
 keepalloc invariant, a run with no injected fault that did not end ok, or a control not
-caught by its signature (see xtask/src/fault_test/ort/mod.rs). Options marked [harness]
+caught by its signature (see xtask/src/fault_test/ort/mod.rs). Options marked (harness)
 are refused there, and --model only applies there.";
 
 /// The runtime a campaign runs against.
@@ -70,32 +70,32 @@ pub struct Args {
     /// target/fault-test/onnxruntime.json].
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
-    /// [harness] Base seed; run i of a row uses seed N+i [default: from the clock, printed].
+    /// (harness) Base seed; run i of a row uses seed N+i [default: from the clock, printed].
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// [harness] Only these scenarios (repeatable or comma-separated; `keepalloc-harness
+    /// (harness) Only these scenarios (repeatable or comma-separated; `keepalloc-harness
     /// --list`).
     #[arg(long = "scenario", value_name = "NAME", value_delimiter = ',')]
     pub scenarios: Vec<String>,
-    /// [harness] Only these variants (repeatable or comma-separated; `keepalloc-harness
+    /// (harness) Only these variants (repeatable or comma-separated; `keepalloc-harness
     /// --list`).
     #[arg(long = "variant", value_name = "NAME", value_delimiter = ',')]
     pub variants: Vec<String>,
-    /// [harness] Windows to run, each its own row: a comma list of held, yield, bare, or
+    /// (harness) Windows to run, each its own row: a comma list of held, yield, bare, or
     /// `all` [default: held,bare].
     #[arg(long = "window", value_name = "LIST", value_delimiter = ',')]
     pub windows: Vec<String>,
-    /// [harness] Runs in parallel [default: available cores].
+    /// (harness) Runs in parallel [default: available cores].
     #[arg(long, value_name = "N", value_parser = positive)]
     pub jobs: Option<usize>,
-    /// [harness] Use this harness binary instead of building one.
+    /// (harness) Use this harness binary instead of building one.
     #[arg(long, value_name = "PATH")]
     pub harness: Option<PathBuf>,
-    /// [harness] Build the harness with this cell mutant (or each listed one, `all`) and
+    /// (harness) Build the harness with this cell mutant (or each listed one, `all`) and
     /// require that keepalloc's rows catch it by its signature.
     #[arg(long, value_name = "NAME|all", value_parser = mutant_name)]
     pub cell_mutant: Option<String>,
-    /// [onnxruntime] Only this model (repeatable) [default: every model].
+    /// (onnxruntime) Only this model (repeatable) [default: every model].
     #[arg(long = "model", value_name = "NAME")]
     pub models: Vec<String>,
 }
