@@ -161,16 +161,7 @@ pub(crate) fn min_parallel_flops(c: crate::cpu::Caches) -> usize {
 /// `KEEPALLOC_KERNELS_DOT_ISA=avx512bf16` (then `avx512`) `cargo xtask bench --op bf16_f32
 /// --shapes 1x1536x1536,128x1536x1536`
 pub(crate) fn bf16_dot_is_half_rate() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // `cpuid` leaf 0 exists on every x86-64 CPU.
-        let id = core::arch::x86_64::__cpuid(0);
-        (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) // "GenuineIntel"
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::cpu::cache::is_intel()
 }
 
 /// Packed weights per N block of the low-precision driver: best of 128 KiB – 1 GiB for qd8;
