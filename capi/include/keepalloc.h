@@ -48,7 +48,14 @@
  * async-signal-safe functions until exec, unless you know what the other threads held.
  *
  * VERSION. KEEPALLOC_VERSION_MAJOR/MINOR/PATCH are the version of the header; compare them
- * with keepalloc_version() at run time. The library's soname is libkeepalloc.so.0.
+ * with keepalloc_version() at run time. The soname follows the 0.x rule: a 0.x release may
+ * break the ABI, so the soname carries major and minor (libkeepalloc.so.0.1); from 1.0 on,
+ * the major alone.
+ *
+ * PLATFORMS. Linux with glibc on x86-64 is built and tested (CI: Debian, GCC, g++);
+ * other 64-bit Linux targets build from the same sources but are not tested. Other systems
+ * (macOS, Windows, musl) are not supported: the fork handling, the shared library and the
+ * install are ELF and glibc specific.
  *
  * Link with `pkg-config --libs keepalloc` (shared) or `pkg-config --static --libs keepalloc`
  * (libkeepalloc.a needs -lstdc++ -lgcc_s -lutil -lrt -lpthread -lm -ldl).
@@ -140,6 +147,11 @@ typedef enum keepalloc_status {
    * registration runs once per process). Nothing happened. */
   KEEPALLOC_REGISTERED_ELSEWHERE = 11
 } keepalloc_status;
+
+/* A short English description of `status` for logs ("ok", "init failed: ..."): a static
+ * string, never NULL, never to be freed; "unknown keepalloc_status" for a value this library
+ * does not know (a newer header's, or garbage). Never blocks. */
+const char* keepalloc_status_string(keepalloc_status status);
 
 /* What happened to the caller's own hook (keepalloc_acquire_ex). */
 typedef enum keepalloc_hook_result {
@@ -242,6 +254,13 @@ typedef struct keepalloc_stats {
  * mark: exact when one thread allocates and frees, an upper bound when threads free blocks
  * that other threads allocated. Does nothing when out is NULL. Never blocks. */
 void keepalloc_get_stats(keepalloc_stats* out);
+
+/* keepalloc_stats only ever grows at its end. keepalloc_get_stats_ex(&s, sizeof s) fills the
+ * first min(size, the library's sizeof(keepalloc_stats)) bytes, zeroes the rest of `size`
+ * (so fields a newer header has and this library lacks read 0) and returns the bytes it
+ * filled; 0 and nothing written for a NULL out. keepalloc_get_stats is this call with the
+ * 0.1 struct's size, for ever. Never blocks. */
+size_t keepalloc_get_stats_ex(keepalloc_stats* out, size_t size);
 
 /* KEEPALLOC_VERSION of the library that is linked (compare with the header's). */
 uint32_t keepalloc_version(void);

@@ -13,7 +13,7 @@
 //! by `catch_unwind`; both reset the attempt and return `KEEPALLOC_INIT_FAILED`.
 
 use core::cell::Cell;
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{CStr, c_char, c_int, c_void};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
@@ -27,6 +27,9 @@ use keepalloc_provider::{
 pub mod backend;
 pub mod ort;
 pub mod scribble;
+mod stats;
+
+pub use stats::{KeepallocStats, keepalloc_get_stats, keepalloc_get_stats_ex};
 
 use backend::{choose, chosen, with_provider};
 
@@ -70,6 +73,61 @@ pub enum KeepallocStatus {
     RegisteredElsewhere = 11,
 }
 
+impl KeepallocStatus {
+    /// Every status, in code order (`keepalloc_status_string` covers each).
+    pub const ALL: [KeepallocStatus; 12] = [
+        Self::Ok,
+        Self::InitFailed,
+        Self::OutOfMemory,
+        Self::InvalidArgument,
+        Self::InvalidLibraryName,
+        Self::TooManyLibraries,
+        Self::Reentered,
+        Self::NotPublished,
+        Self::BackendConflict,
+        Self::ForkedDuringInit,
+        Self::RuntimeUnsupported,
+        Self::RegisteredElsewhere,
+    ];
+
+    /// What `keepalloc_status_string` says for this status.
+    pub fn description(self) -> &'static CStr {
+        match self {
+            Self::Ok => c"ok",
+            Self::InitFailed => c"init failed: the hook failed or threw; the owner is kept, retry",
+            Self::OutOfMemory => c"out of memory: the owner could not be built",
+            Self::InvalidArgument => c"invalid argument: a required pointer was NULL",
+            Self::InvalidLibraryName => c"invalid library name: empty, too long or not UTF-8",
+            Self::TooManyLibraries => c"too many libraries: KEEPALLOC_MAX_LIBRARIES registered",
+            Self::Reentered => c"reentered: a hook acquired its own library",
+            Self::NotPublished => c"not published: no owner has been built yet",
+            Self::BackendConflict => {
+                c"backend conflict: another backend was set, or the owner exists already"
+            }
+            Self::ForkedDuringInit => {
+                c"forked during init: the attempt was running in another thread at fork()"
+            }
+            Self::RuntimeUnsupported => {
+                c"runtime unsupported: the ONNX Runtime does not serve keepalloc's OrtApi version"
+            }
+            Self::RegisteredElsewhere => {
+                c"registered elsewhere: the owner is registered on another OrtEnv"
+            }
+        }
+    }
+}
+
+/// See `keepalloc.h`. Takes the status as an `int`: a value outside the enum (from a newer
+/// header, or garbage) must not become an invalid Rust enum.
+#[unsafe(no_mangle)]
+pub extern "C" fn keepalloc_status_string(status: c_int) -> *const c_char {
+    KeepallocStatus::ALL
+        .into_iter()
+        .find(|s| *s as c_int == status)
+        .map_or(c"unknown keepalloc_status", KeepallocStatus::description)
+        .as_ptr()
+}
+
 /// `keepalloc_hook_result`: what happened to the caller's own hook.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,27 +160,6 @@ unsafe extern "C-unwind" {
         user_data: *mut c_void,
         threw: *mut c_int,
     ) -> c_int;
-}
-
-/// `keepalloc_stats`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeepallocStats {
-    /// Owners constructed (0 or 1).
-    pub owners_constructed: u64,
-    /// Init hooks of the default library called.
-    pub init_attempts: u64,
-    /// Init hooks of the default library that succeeded (0 or 1).
-    pub init_successes: u64,
-    /// Allocations through the owner.
-    pub allocations: u64,
-    /// Frees through the owner.
-    pub deallocations: u64,
-    /// Bytes live in the owner.
-    pub live_bytes: u64,
-    /// Most bytes ever live in the owner: exact for one thread, an upper bound when threads
-    /// free what others allocated (the sum of the per-thread high-water marks).
-    pub peak_bytes: u64,
 }
 
 /// `keepalloc_library_stats`: one library's once.
@@ -414,31 +451,6 @@ pub unsafe extern "C" fn keepalloc_set_backend(
         return KeepallocStatus::InvalidArgument;
     }
     backend::register(backend)
-}
-
-/// See `keepalloc.h`.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of `keepalloc_stats`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn keepalloc_get_stats(out: *mut KeepallocStats) {
-    if out.is_null() {
-        return;
-    }
-    let s = chosen()
-        .map(|c| with_provider!(c, |p| p.stats()))
-        .unwrap_or_default();
-    let stats = KeepallocStats {
-        owners_constructed: s.owners_constructed,
-        init_attempts: s.init_attempts,
-        init_successes: s.init_successes,
-        allocations: s.allocator.allocations,
-        deallocations: s.allocator.deallocations,
-        live_bytes: s.allocator.live_bytes as u64,
-        peak_bytes: s.allocator.peak_bytes as u64,
-    };
-    // SAFETY: checked non-NULL; the caller promises it is writable.
-    unsafe { out.write(stats) };
 }
 
 /// See `keepalloc.h`.

@@ -6,7 +6,7 @@ use core::ffi::{c_int, c_void};
 
 use keepalloc_capi::{
     KeepallocHookResult, KeepallocStatus, KeepallocTable, VERSION, VERSION_MAJOR, VERSION_MINOR,
-    VERSION_PATCH, keepalloc_acquire_ex, keepalloc_version,
+    VERSION_PATCH, keepalloc_acquire_ex, keepalloc_status_string, keepalloc_version,
 };
 
 /// `#define NAME value` from keepalloc.h.
@@ -119,4 +119,36 @@ fn the_ort_slots_the_c_example_uses_are_the_headers() {
     assert_eq!(offset_of!(OrtApiBase, GetApi), 0);
     assert_eq!(offset_of!(OrtApiBase, GetVersionString), slot);
     assert_eq!(offset_of!(OrtApi, CreateEnv), 3 * slot);
+}
+
+/// The header's `keepalloc_status` enumerators, by value, are exactly the Rust enum's, so
+/// `keepalloc_status_string` (which walks `KeepallocStatus::ALL`) names every one of them.
+#[test]
+fn every_header_status_has_a_string() {
+    let header = include_str!("../include/keepalloc.h");
+    let body = header
+        .split("typedef enum keepalloc_status {")
+        .nth(1)
+        .and_then(|rest| rest.split("} keepalloc_status;").next())
+        .expect("keepalloc.h declares enum keepalloc_status");
+    let values: Vec<c_int> = body
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.trim().split_once(" = ")?;
+            name.starts_with("KEEPALLOC_")
+                .then(|| value.trim_end_matches(',').parse().expect("a number"))
+        })
+        .collect();
+    let ours: Vec<c_int> = KeepallocStatus::ALL.iter().map(|s| *s as c_int).collect();
+    assert_eq!(values, ours);
+    for status in KeepallocStatus::ALL {
+        let text = keepalloc_status_string(status as c_int);
+        // SAFETY: keepalloc_status_string returns a static NUL-terminated string.
+        let text = unsafe { core::ffi::CStr::from_ptr(text) };
+        assert_eq!(text, status.description());
+        assert!(!text.is_empty());
+    }
+    // SAFETY: as above.
+    let unknown = unsafe { core::ffi::CStr::from_ptr(keepalloc_status_string(99)) };
+    assert_eq!(unknown, c"unknown keepalloc_status");
 }

@@ -32,6 +32,7 @@ const TESTS: &[&str] = &[
     "invalid_argument",
     "libraries_race",
     "plugged_backend",
+    "status_and_stats",
     "table_contract",
 ];
 

@@ -40,15 +40,14 @@ enum Command {
     /// Build libkeepalloc and run the C/C++ tests against keepalloc.h.
     #[command(long_about = ctest::LONG_ABOUT)]
     CTest(ctest::Args),
-    /// Install keepalloc as a C library: --prefix DIR (header, libkeepalloc.so.0 with its
-    /// soname, libkeepalloc.a, pkgconfig/keepalloc.pc); its options are its own
-    /// (`cargo xtask install --help`).
-    #[command(disable_help_flag = true)]
-    Install(PassThrough),
-    /// Install into a temp prefix and build, link and run a C program through pkg-config,
-    /// shared and static; its options are its own (`cargo xtask install-test --help`).
-    #[command(disable_help_flag = true)]
-    InstallTest(PassThrough),
+    /// Install keepalloc as a C library: headers, libkeepalloc.so (soname libkeepalloc.so.0.1)
+    /// and .a, the preload, pkg-config and CMake files (--prefix, --libdir, --destdir).
+    #[command(long_about = install::LONG_ABOUT)]
+    Install(install::Args),
+    /// Install into a temp prefix (and a staged one) and build, link and run a C program
+    /// with the real CMake and pkg-config, shared and static.
+    #[command(long_about = install::test::LONG_ABOUT)]
+    InstallTest(install::test::Args),
     /// The C XNNPACK adoption check against Debian's and ExecuTorch's XNNPACK.
     #[command(long_about = c_adoption::LONG_ABOUT)]
     CAdoption(c_adoption::Args),
@@ -85,20 +84,12 @@ enum Command {
     Mutants(mutants::Args),
 }
 
-/// The arguments of a command whose parser is its own module's (install, install-test).
-#[derive(clap::Args, Debug)]
-struct PassThrough {
-    /// Passed to the command as they are (`--help` included).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
-
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::FaultTest(args) => fault_test::run(args),
         Command::CTest(args) => ctest::run(args),
-        Command::Install(p) => install::run(&p.args),
-        Command::InstallTest(p) => install::test(&p.args),
+        Command::Install(args) => install::run(args),
+        Command::InstallTest(args) => install::test::run(args),
         Command::CAdoption(args) => c_adoption::run(args),
         Command::Loom(args) => loom::run(args),
         Command::Miri(args) => sanitizers::miri(args),
@@ -126,8 +117,7 @@ mod tests {
     use clap::error::ErrorKind;
 
     /// Every command answers `--help` with its help (clap's DisplayHelp), so a command
-    /// added without one fails here. install and install-test hand `--help` to their own
-    /// parser (install.rs), which is that module's to answer.
+    /// added without one fails here.
     #[test]
     fn every_command_has_help() {
         let cli = Cli::command();
@@ -135,21 +125,12 @@ mod tests {
         let mut checked = 0;
         for sub in cli.get_subcommands() {
             let name = sub.get_name();
-            if matches!(name, "install" | "install-test") {
-                let parsed = Cli::try_parse_from(["cargo xtask", name, "--help"]).unwrap();
-                assert!(matches!(
-                    parsed.command,
-                    Command::Install(PassThrough { ref args })
-                        | Command::InstallTest(PassThrough { ref args }) if args == &["--help"]
-                ));
-                continue;
-            }
             let err = Cli::try_parse_from(["cargo xtask", name, "--help"])
                 .expect_err("--help ends parsing");
             assert_eq!(err.kind(), ErrorKind::DisplayHelp, "{name} --help");
             checked += 1;
         }
-        assert_eq!(checked, 12);
+        assert_eq!(checked, 14);
         let top = Cli::try_parse_from(["cargo xtask", "--help"]).unwrap_err();
         assert_eq!(top.kind(), ErrorKind::DisplayHelp);
     }
@@ -172,6 +153,7 @@ mod tests {
             "c-test --xnnpack-runs 3",
             "c-adoption",
             "install --prefix /tmp/x",
+            "install --prefix /usr --libdir lib/x86_64-linux-gnu --destdir /tmp/stage",
             "install-test",
             "mutants --no-extra --part pool",
             "runtimes --force",

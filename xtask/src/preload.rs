@@ -185,14 +185,17 @@ pub fn run(args: Args) -> Result<(), String> {
         eprintln!("preload-check: NOT RUN (passes only because CI is not true): {why}");
         return Ok(());
     };
-    util::run(
-        util::cargo()
-            .args(["xtask", "install", "--prefix"])
-            .arg(&prefix),
-    )?;
-    let libdir = prefix.join("lib");
-    // `cargo xtask install` installs the preload too; built again here in case it does not.
-    let preload = install(&libdir)?;
+    let layout = crate::install::Layout::new(&prefix, Path::new("lib"), None)?;
+    crate::install::install(&layout, None)?;
+    let libdir = layout.libdir.clone();
+    // What `cargo xtask install` put there, not a copy built here.
+    let preload = libdir.join(FILE);
+    if !preload.is_file() {
+        return Err(format!(
+            "cargo xtask install did not install {}",
+            preload.display()
+        ));
+    }
     let keepalloc = libdir.join("libkeepalloc.so");
 
     let exe = root.join("target/preload-check/preload_check");

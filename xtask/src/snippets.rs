@@ -12,6 +12,9 @@
 //! A block that includes `xnnpack.h` where XNNPACK is not installed is skipped with a line
 //! saying so, except under `CI` (then it is an error, as for the rest of c-test).
 //!
+//! CMake blocks are built by `cargo xtask install-test` against the installed package
+//! ([`cmake_blocks`]).
+//!
 //! Rust blocks are doctests of the `keepalloc` crate, except those marked `ignore`: those
 //! need a crate the facade cannot depend on (the `ort` crate), so each must be an excerpt of a
 //! file that CI builds and runs. Its first line says which (`// From PATH, ...`), and every
@@ -70,6 +73,35 @@ fn extract(origin: &str, text: &str) -> Vec<Snippet> {
         });
     }
     out
+}
+
+/// Every fenced `cmake` block of README.md and docs/*.md: its origin (`README.md:48`) and
+/// its text.
+pub fn cmake_blocks() -> Result<Vec<(String, String)>, String> {
+    let root = util::root();
+    let mut blocks = Vec::new();
+    for file in markdown_files(&root)? {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let name = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let mut lines = text.lines().enumerate();
+        while let Some((n, line)) = lines.next() {
+            if line.trim() != "```cmake" {
+                continue;
+            }
+            let code: Vec<&str> = lines
+                .by_ref()
+                .map(|(_, l)| l)
+                .take_while(|l| !l.trim_start().starts_with("```"))
+                .collect();
+            blocks.push((format!("{name}:{}", n + 1), code.join("\n") + "\n"));
+        }
+    }
+    Ok(blocks)
 }
 
 /// README.md and docs/*.md, in a stable order.

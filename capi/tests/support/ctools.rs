@@ -344,6 +344,16 @@ pub const CONTROLS: &[Control] = &[
         }],
     },
     Control {
+        name: "stats-ex-overrun",
+        source: BROKEN_CONTRACT,
+        define: "KEEPALLOC_CONTROL_STATS_EX_OVERRUN",
+        breaks: "keepalloc_get_stats_ex fills at most `size` bytes: it writes its whole struct",
+        caught_by: &[Catch {
+            test: "status_and_stats",
+            by: Signature::Check("older.canary[i] == 0xAB"),
+        }],
+    },
+    Control {
         name: "stats-null-written",
         source: BROKEN_CONTRACT,
         define: "KEEPALLOC_CONTROL_STATS_NULL_WRITTEN",

@@ -44,6 +44,10 @@
  *   -DKEEPALLOC_CONTROL_OUT_WRITTEN_ON_FAILURE
  *                                             *out_table is stored before the hook ran, so a
  *                                             failed attempt leaves it changed.
+ * The growing stats struct (caught by status_and_stats):
+ *   -DKEEPALLOC_CONTROL_STATS_EX_OVERRUN      keepalloc_get_stats_ex writes its whole struct
+ *                                             whatever `size` says: an older caller's smaller
+ *                                             struct is overrun.
  *
  * Freed blocks are scribbled with 0x55 and quarantined (never handed back to malloc: these
  * are short-lived test programs), so reading a freed block reads 0x55, deterministically,
@@ -140,6 +144,12 @@
 #error "define exactly one KEEPALLOC_CONTROL_*"
 #endif
 #define CONTROL_NAME "out-written-on-failure"
+#endif
+#ifdef KEEPALLOC_CONTROL_STATS_EX_OVERRUN
+#ifdef CONTROL_NAME
+#error "define exactly one KEEPALLOC_CONTROL_*"
+#endif
+#define CONTROL_NAME "stats-ex-overrun"
 #endif
 #ifndef CONTROL_NAME
 #error "define exactly one KEEPALLOC_CONTROL_* (KEEPALLOC_CONTROL_BASELINE for none)"
@@ -314,6 +324,30 @@ void keepalloc_get_stats(keepalloc_stats* out) {
   out->deallocations = o ? atomic_load(&o->deallocations) : 0;
   out->live_bytes = o ? atomic_load(&o->live_bytes) : 0;
   out->peak_bytes = o ? atomic_load(&o->peak_bytes) : 0;
+}
+
+size_t keepalloc_get_stats_ex(keepalloc_stats* out, size_t size) {
+  if (out == NULL) return 0;
+  keepalloc_stats s;
+  keepalloc_get_stats(&s);
+  size_t filled = size < sizeof s ? size : sizeof s;
+#ifdef KEEPALLOC_CONTROL_STATS_EX_OVERRUN
+  memcpy(out, &s, sizeof s); /* BUG: copies its whole struct, whatever the caller's size */
+#else
+  memcpy(out, &s, filled);
+#endif
+  if (size > filled) memset((unsigned char*)out + filled, 0, size - filled);
+  return filled;
+}
+
+const char* keepalloc_status_string(keepalloc_status status) {
+  static const char* const names[] = {
+      "ok", "init failed", "out of memory", "invalid argument", "invalid library name",
+      "too many libraries", "reentered", "not published", "backend conflict",
+      "forked during init", "runtime unsupported", "registered elsewhere"};
+  int i = (int)status;
+  return i >= 0 && i < (int)(sizeof names / sizeof names[0]) ? names[i]
+                                                             : "unknown keepalloc_status";
 }
 
 const char* keepalloc_backend_name(void) {
