@@ -12,7 +12,9 @@
 //! build-directory lock). `cargo xtask c-test` runs the same programs against the release
 //! build, plus the XNNPACK and C++ examples.
 
-#[path = "support/ctools.rs"]
+// The C toolchain helpers live in xtask (which `cargo xtask c-test` builds from, and which
+// cargo package verifies on its own); this test shares them from there.
+#[path = "../../xtask/src/ctools.rs"]
 mod ctools;
 
 use std::path::PathBuf;

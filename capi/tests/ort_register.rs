@@ -20,7 +20,7 @@ use keepalloc_capi::{KeepallocHookResult, KeepallocStats, KeepallocStatus, keepa
 use keepalloc_onnxruntime::ffi::{OrtApi, OrtApiBase, OrtEnv};
 use keepalloc_onnxruntime::interpose::{refusing_registrations, register_calls};
 use keepalloc_onnxruntime::{
-    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, sample_inputs,
+    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, sample_inputs,
 };
 
 unsafe extern "system" fn get_no_api(_version: u32) -> *const OrtApi {
@@ -83,7 +83,9 @@ fn register_from_c_retries_a_refused_registration_with_the_same_owner() {
     );
     assert_eq!(stats().owners_constructed, 0, "bad input builds no owner");
 
-    let Some(rt) = manifest::for_test("register_from_c_retries_a_refused_registration") else {
+    let Some(rt) =
+        keepalloc_testkit::runtimes::for_test("register_from_c_retries_a_refused_registration")
+    else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.

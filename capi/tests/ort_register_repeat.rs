@@ -19,7 +19,7 @@ use keepalloc_capi::{KeepallocHookResult, KeepallocStatus};
 use keepalloc_onnxruntime::ffi::{
     OrtAllocator, OrtApi, OrtApiBase, OrtEnv, OrtErrorCode, OrtStatusPtr,
 };
-use keepalloc_onnxruntime::{Env, ORT_API_VERSION, OnnxRuntime, manifest};
+use keepalloc_onnxruntime::{Env, ORT_API_VERSION, OnnxRuntime};
 
 /// Counts calls to the global allocator and the blocks and bytes it has live.
 struct CountingGlobal {
@@ -174,7 +174,9 @@ fn check_no_growth(phase: &str, (before, after): (Counts, Counts), max_calls: u6
 
 #[test]
 fn repeated_registration_allocates_nothing_new() {
-    let Some(rt) = manifest::for_test("repeated_registration_allocates_nothing_new") else {
+    let Some(rt) =
+        keepalloc_testkit::runtimes::for_test("repeated_registration_allocates_nothing_new")
+    else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: the pinned, hash-checked onnxruntime wheel's libonnxruntime.so, a supported ONNX Runtime.

@@ -24,14 +24,11 @@
 //!    then a missing XNNPACK is an error, so CI cannot skip them silently.
 //!
 //! The same foundation tests also run under `cargo test -p keepalloc`
-//! (`capi/tests/c_tests.rs`); both share `capi/tests/support/ctools.rs`.
-
-#[path = "../../capi/tests/support/ctools.rs"]
-mod ctools;
+//! (`capi/tests/c_tests.rs`); both share `xtask/src/ctools.rs`.
 
 use std::path::{Path, PathBuf};
 
-use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain};
+use crate::ctools::{self, BASELINES, CONTROLS, Dirs, Signature, Toolchain};
 
 use crate::util;
 

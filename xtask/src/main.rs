@@ -8,6 +8,7 @@ mod alloc_bench;
 mod bench;
 mod c_adoption;
 mod ctest;
+mod ctools;
 mod fault_test;
 mod install;
 mod loom;

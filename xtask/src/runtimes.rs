@@ -2,11 +2,11 @@
 //! `target/runtimes/`, and writes `target/runtimes/runtimes.json`, the file the tests and the
 //! ONNX Runtime campaign read to find the libraries and models.
 //!
-//! The code is the test kit's ([`keepalloc_testkit::runtimes`]), which the tests also run on
-//! their first use; here a failed download, a hash mismatch or a missing file is always an
-//! error (the command was asked for explicitly).
+//! It runs the test kit's `keepalloc-runtimes` binary, the same fetch the tests run on their
+//! first use; here a failed download, a hash mismatch or a missing file is always an error
+//! (the command was asked for explicitly).
 
-use keepalloc_testkit::runtimes::{self, EXECUTORCH};
+use crate::util;
 
 /// `cargo xtask runtimes --help` (the pinned versions are the test kit's:
 /// `keepalloc_testkit::runtimes::{ONNXRUNTIME, EXECUTORCH}`).
@@ -25,20 +25,18 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<(), String> {
-    let rt = runtimes::fetch(args.force, &mut std::io::stdout())?;
-    println!(
-        "onnxruntime {}: {}",
-        rt.onnxruntime_version,
-        rt.onnxruntime.display()
-    );
-    for (name, p) in &rt.wheel_models {
-        println!("  model {name}: {}", p.display());
+    let mut cmd = util::cargo();
+    cmd.args([
+        "run",
+        "-q",
+        "-p",
+        "keepalloc-testkit",
+        "--bin",
+        "keepalloc-runtimes",
+        "--",
+    ]);
+    if args.force {
+        cmd.arg("--force");
     }
-    println!(
-        "executorch {}: {}",
-        EXECUTORCH.version,
-        rt.executorch_xnnpack.display()
-    );
-    println!("manifest: {}", runtimes::manifest_path().display());
-    Ok(())
+    util::run(&mut cmd)
 }

@@ -5,7 +5,7 @@
  * out_table is still refused after publication (on the fast path).
  *
  * The negative controls in controls/broken_contract.c that must fail here (CONTROLS in
- * tests/support/ctools.rs) are told apart by the failed check, or, for a store through
+ * xtask/src/ctools.rs) are told apart by the failed check, or, for a store through
  * NULL, by SIGSEGV in the STEP it belongs to.
  */
 #include <string.h>

@@ -6,7 +6,7 @@
  * to its baseline once everything is freed.
  *
  * Each clause has a negative control in controls/broken_contract.c that must fail HERE, at
- * the check for that clause (CONTROLS in tests/support/ctools.rs names it): so the checked
+ * the check for that clause (CONTROLS in xtask/src/ctools.rs names it): so the checked
  * conditions are unique, and a clause whose violation could crash is checked before
  * anything that would crash on it (a failed reallocate's old block is checked before it is
  * touched again; huge sizes come before any reallocate can be handed one).

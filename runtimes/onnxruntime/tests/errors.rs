@@ -4,7 +4,7 @@ use std::path::Path;
 
 use keepalloc_allocators::System;
 use keepalloc_onnxruntime::{
-    Env, OnnxRuntime, OrtError, Session, SessionConfig, manifest, register_env_allocator,
+    Env, OnnxRuntime, OrtError, Session, SessionConfig, register_env_allocator,
 };
 use keepalloc_provider::{GlobalProvider, ProviderError};
 
@@ -28,7 +28,8 @@ fn loading_something_that_is_not_onnx_runtime_is_a_typed_error() {
 
 #[test]
 fn bad_models_and_inputs_are_typed_errors() {
-    let Some(rt) = manifest::for_test("bad_models_and_inputs_are_typed_errors") else {
+    let Some(rt) = keepalloc_testkit::runtimes::for_test("bad_models_and_inputs_are_typed_errors")
+    else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.
@@ -75,7 +76,9 @@ fn bad_models_and_inputs_are_typed_errors() {
 
 #[test]
 fn registration_runs_after_a_publish_only_acquire_and_a_second_env_is_an_error() {
-    let Some(rt) = manifest::for_test("registering_a_provider_published_without_the_hook") else {
+    let Some(rt) =
+        keepalloc_testkit::runtimes::for_test("registering_a_provider_published_without_the_hook")
+    else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.

@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use keepalloc_allocators::System;
 use keepalloc_onnxruntime::interpose::{REFUSAL, refusing_registrations, register_calls};
 use keepalloc_onnxruntime::{
-    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, register_env_allocator_ex,
+    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, register_env_allocator_ex,
     sample_inputs,
 };
 use keepalloc_provider::{GlobalProvider, HookRan, ProviderError};
@@ -30,8 +30,9 @@ static OWNER: GlobalProvider<System> = GlobalProvider::new(
 
 #[test]
 fn a_refused_registration_is_retried_with_the_same_owner() {
-    let Some(rt) = manifest::for_test("a_refused_registration_is_retried_with_the_same_owner")
-    else {
+    let Some(rt) = keepalloc_testkit::runtimes::for_test(
+        "a_refused_registration_is_retried_with_the_same_owner",
+    ) else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.

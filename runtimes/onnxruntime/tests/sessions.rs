@@ -70,7 +70,7 @@ fn fc_reference(x: &[f32], b: usize, k: usize, n: usize, relu: bool) -> Vec<f32>
     y
 }
 
-fn models(rt: &manifest::Runtimes) -> Vec<(String, PathBuf)> {
+fn models(rt: &keepalloc_testkit::runtimes::Runtimes) -> Vec<(String, PathBuf)> {
     let mut all: Vec<(String, PathBuf)> = rt.wheel_models.clone().into_iter().collect();
     all.extend(manifest::generated_models());
     all
@@ -111,7 +111,9 @@ mod foreign {
 
 #[test]
 fn concurrent_sessions_allocate_only_through_the_owner() {
-    let Some(rt) = manifest::for_test("concurrent_sessions_allocate_only_through_the_owner") else {
+    let Some(rt) = keepalloc_testkit::runtimes::for_test(
+        "concurrent_sessions_allocate_only_through_the_owner",
+    ) else {
         return;
     };
     // SAFETY: the library named by the manifest `cargo xtask runtimes` wrote: libonnxruntime.so from the pinned onnxruntime wheel pip checked against its sha256, a supported version.

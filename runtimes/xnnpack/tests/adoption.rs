@@ -254,7 +254,7 @@ fn run_scenario(name: &str) {
             }
         }
         "executorch" | "executorch-dlmopen" => {
-            let rt = keepalloc_onnxruntime::manifest::load().expect("checked by the parent");
+            let rt = keepalloc_testkit::runtimes::ensure().expect("checked by the parent");
             let ns = if name == "executorch" {
                 Namespace::Default
             } else {
@@ -343,7 +343,7 @@ fn control_debian_xnnpack_initialized_earlier_is_not_adopted() {
 
 #[test]
 fn executorch_xnnpack_is_reported_not_adopted() {
-    if let Err(e) = keepalloc_onnxruntime::manifest::load() {
+    if let Err(e) = keepalloc_testkit::runtimes::ensure() {
         return not_run("executorch_xnnpack_is_reported_not_adopted", &e.to_string());
     }
     in_fresh_process("executorch");
@@ -359,7 +359,7 @@ fn a_2022_library_is_refused_as_current_and_vice_versa() {
     } else if ci() {
         panic!("CI=true and libxnnpack-dev is not installed");
     }
-    if let Ok(rt) = keepalloc_onnxruntime::manifest::load() {
+    if let Ok(rt) = keepalloc_testkit::runtimes::ensure() {
         // SAFETY: the manifest's ExecuTorch XNNPACK backend (pinned, sha256-checked wheel); the wrong generation is refused before any of its functions is called.
         let e = unsafe {
             Xnnpack::load(

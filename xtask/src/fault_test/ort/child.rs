@@ -42,7 +42,7 @@ pub(super) fn build_child() -> Result<PathBuf, String> {
             "build",
             "--release",
             "-p",
-            "keepalloc-ort-fault",
+            "keepalloc-fault-inject",
             "--bin",
             "keepalloc-ort-child",
             "--message-format=json-render-diagnostics",

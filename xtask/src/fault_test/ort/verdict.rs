@@ -3,7 +3,7 @@
 use super::child::Run;
 
 /// The kind the child gives its check "sessions ran but never allocated through the owner"
-/// (`runtimes/ort-fault/src/main.rs`): the negative control's signature, the only way a
+/// (`fault-inject/src/bin/keepalloc-ort-child.rs`): the negative control's signature, the only way a
 /// control run counts as caught.
 pub(super) const OWNER_BYPASSED: &str = "owner-bypassed";
 
