@@ -16,7 +16,7 @@
 //! This is what cargo-c's `cargo cinstall` does; cargo-c itself is not used: its latest
 //! release needs a newer rustc than CI's, and the last one that builds here locks 419 crates
 //! (docs/verification.md), while this needs nothing but cargo, `cc` and `readelf`.
-//! `install-test` ([`test`]) proves the result with the real CMake and pkg-config.
+//! `install-test` ([`test`](mod@test)) proves the result with the real CMake and pkg-config.
 
 mod build;
 mod package_files;
