@@ -67,9 +67,8 @@ pub unsafe extern "C" fn keepalloc_get_stats_ex(out: *mut KeepallocStats, size: 
     let stats = now();
     let filled = size.min(size_of::<KeepallocStats>());
     let out = out.cast::<u8>();
-    // SAFETY: `out` is valid for `size` bytes (the caller's promise) and `filled <= size`;
-    // `stats` is a local of at least `filled` bytes, so the ranges do not overlap. Byte
-    // copies: an older caller's struct may end inside a field's alignment.
+    // Byte copies: an older caller's struct may end inside a field's alignment.
+    // SAFETY: `out` is valid for `size` bytes (the caller's promise), `filled <= size`, and `stats` is a local of at least `filled` bytes, so the ranges do not overlap.
     unsafe {
         core::ptr::copy_nonoverlapping((&raw const stats).cast::<u8>(), out, filled);
         core::ptr::write_bytes(out.add(filled), 0, size - filled);

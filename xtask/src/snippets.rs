@@ -78,16 +78,8 @@ fn extract(origin: &str, text: &str) -> Vec<Snippet> {
 /// Every fenced `cmake` block of README.md and docs/*.md: its origin (`README.md:48`) and
 /// its text.
 pub fn cmake_blocks() -> Result<Vec<(String, String)>, String> {
-    let root = util::root();
     let mut blocks = Vec::new();
-    for file in markdown_files(&root)? {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let name = file
-            .strip_prefix(&root)
-            .unwrap_or(&file)
-            .display()
-            .to_string();
+    for (name, text) in markdown_texts(&util::root())? {
         let mut lines = text.lines().enumerate();
         while let Some((n, line)) = lines.next() {
             if line.trim() != "```cmake" {
@@ -102,6 +94,23 @@ pub fn cmake_blocks() -> Result<Vec<(String, String)>, String> {
         }
     }
     Ok(blocks)
+}
+
+/// README.md and docs/*.md, each as its path from the root and its text.
+fn markdown_texts(root: &Path) -> Result<Vec<(String, String)>, String> {
+    markdown_files(root)?
+        .into_iter()
+        .map(|file| {
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let name = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            Ok((name, text))
+        })
+        .collect()
 }
 
 /// README.md and docs/*.md, in a stable order.
@@ -132,14 +141,7 @@ pub fn run(staticlib: &Path, out: &Path) -> Result<(), String> {
             .is_some_and(|d| Path::new(&d).join("xnnpack.h").is_file());
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut snippets = Vec::new();
-    for file in markdown_files(&root)? {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let name = file
-            .strip_prefix(&root)
-            .unwrap_or(&file)
-            .display()
-            .to_string();
+    for (name, text) in markdown_texts(&root)? {
         snippets.extend(extract(&name, &text));
     }
     if snippets.is_empty() {
