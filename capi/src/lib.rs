@@ -406,7 +406,7 @@ pub unsafe extern "C" fn keepalloc_get_table(
     if out_table.is_null() {
         return KeepallocStatus::InvalidArgument;
     }
-    let table = chosen().and_then(|c| with_provider!(c, |p| p.publish_get().map(|h| h.table())));
+    let table = chosen().and_then(|c| with_provider!(c, |p| p.published().map(|h| h.table())));
     match table {
         Some(table) => {
             // SAFETY: checked non-NULL; the caller promises it is writable.

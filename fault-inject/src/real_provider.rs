@@ -147,7 +147,9 @@ impl Subject for Keepalloc {
     }
 
     fn faults(&'static self) -> Option<&'static Failing<Scribble<System>>> {
-        PROVIDER.owner().map(|o| o.allocator().inner().inner())
+        PROVIDER
+            .constructed_owner()
+            .map(|o| o.allocator().inner().inner())
     }
 
     /// Judged by witnesses of our own, not by the provider's counters: the library's init

@@ -33,7 +33,7 @@ fn main() {
     let captured = keepalloc_kernels::captured_table().expect("captured");
     assert_eq!(
         captured.context(),
-        PROVIDER.get().expect("published").context()
+        PROVIDER.acquired().expect("acquired").context()
     );
     println!(
         "in_process: retry-under-race passed ({} attempts, {} planned failures)",

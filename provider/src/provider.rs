@@ -345,17 +345,26 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
     /// owner's once), then running the provider's init hook as the default library (its own
     /// once) if that has not succeeded yet. A provider without a hook only publishes.
     ///
-    /// After the first success this is one or two `Acquire` loads.
+    /// After the first success this is one or two `Acquire` loads. To run a hook of the
+    /// caller's own for the default library instead (a provider built without one), call
+    /// [`acquire_library`](Self::acquire_library) with [`DEFAULT_LIBRARY`].
     #[inline]
     pub fn acquire(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
-        match self.init {
-            Some(init) => self.acquire_with(init),
-            None => self.publish(),
+        let Some(init) = self.init else {
+            return self.publish();
+        };
+        if self.libraries.default_library().is_initialized()
+            && let Some(owner) = self.cell.get()
+        {
+            return Ok(AllocatorHandle { owner });
         }
+        self.run_library(0, self.libraries.default_library(), DEFAULT_LIBRARY, init)
+            .map(|(handle, _)| handle)
     }
 
     /// Builds the owner (once, ever) and publishes its table, and nothing else: no library's
-    /// once is run or consumed.
+    /// once is run or consumed. [`published`](Self::published) returns the same handle
+    /// afterwards without running anything.
     #[inline]
     pub fn publish(&'static self) -> Result<AllocatorHandle<B>, ProviderError> {
         if let Some(owner) = self.cell.get() {
@@ -394,28 +403,16 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
             .map(|owner| AllocatorHandle { owner })
     }
 
-    /// As [`acquire`](Self::acquire), but with this call's own hook for the default library
-    /// instead of the provider's. The hook runs only if the default library has not been
-    /// initialized yet and this call is the one that runs the attempt.
-    #[inline]
-    pub fn acquire_with(
-        &'static self,
-        init: impl FnOnce(&'static AllocatorTable) -> Result<(), InitError>,
-    ) -> Result<AllocatorHandle<B>, ProviderError> {
-        if self.libraries.default_library().is_initialized()
-            && let Some(owner) = self.cell.get()
-        {
-            return Ok(AllocatorHandle { owner });
-        }
-        self.run_library(0, self.libraries.default_library(), DEFAULT_LIBRARY, init)
-            .map(|(handle, _)| handle)
-    }
-
     /// The owner (built and published once, ever), with `library`'s init hook run inside
     /// that library's own retry-safe once: each library's hook succeeds at most once, a
     /// failed one is retried by the next caller with the same owner, and different libraries
     /// never wait for each other's hooks (only for the owner's construction). Every library
     /// gets the same table. [`HookRan`] says whether THIS call's hook ran.
+    ///
+    /// [`DEFAULT_LIBRARY`] is the library [`acquire`](Self::acquire) initializes with the
+    /// provider's own hook: `acquire_library(DEFAULT_LIBRARY, hook)` runs `hook` in that same
+    /// once instead (what the C ABI's `keepalloc_acquire` does), so whichever succeeds first
+    /// is the default library's only successful hook.
     ///
     /// Errors: [`ProviderError::Library`] for a refused name (empty, longer than
     /// [`MAX_LIBRARY_NAME`](crate::MAX_LIBRARY_NAME), or a new name when
@@ -527,27 +524,63 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
         self.libraries.lookup(library).map(LibraryOnce::stats)
     }
 
-    /// The published owner's handle, if the owner's once has completed (whatever the
-    /// libraries' state): what `keepalloc_get_table` reads. No side effects.
+    /// The handle [`publish`](Self::publish) would return without running anything: `Some`
+    /// once the owner is built and its table published (the owner's once has completed),
+    /// whether or not any library's hook has run or succeeded since. What
+    /// `keepalloc_get_table` reads. No side effects.
+    ///
+    /// Compare [`acquired`](Self::acquired), which for a provider with an init hook also
+    /// waits for the default library's hook to succeed, and
+    /// [`constructed_owner`](Self::constructed_owner), which also sees an owner whose
+    /// publication has not (yet) succeeded.
+    ///
+    /// ```
+    /// use keepalloc_allocators::System;
+    /// use keepalloc_provider::GlobalProvider;
+    /// static ALLOCATOR: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
+    ///
+    /// assert!(ALLOCATOR.published().is_none());
+    /// let handle = ALLOCATOR.publish().unwrap();
+    /// assert_eq!(ALLOCATOR.published(), Some(handle));
+    /// ```
     #[inline]
-    pub fn publish_get(&'static self) -> Option<AllocatorHandle<B>> {
+    pub fn published(&'static self) -> Option<AllocatorHandle<B>> {
         self.cell.get().map(|owner| AllocatorHandle { owner })
     }
 
-    /// The published allocator, if [`acquire`](Self::acquire) would return it without
-    /// running anything: the owner is published and, for a provider with an init hook, the
-    /// default library is initialized.
+    /// The handle [`acquire`](Self::acquire) would return without running anything: `Some`
+    /// once the owner is published and, for a provider with an init hook, the default
+    /// library ([`DEFAULT_LIBRARY`]) has been initialized. For a provider without a hook this
+    /// is [`published`](Self::published). No side effects.
+    ///
+    /// ```
+    /// use keepalloc_allocators::{AllocatorTable, System};
+    /// use keepalloc_provider::{GlobalProvider, InitError};
+    ///
+    /// fn refuse(_: &'static AllocatorTable) -> Result<(), InitError> {
+    ///     Err(InitError::new("not now"))
+    /// }
+    /// static ALLOCATOR: GlobalProvider<System> =
+    ///     GlobalProvider::new(|| Ok(System), Some(refuse));
+    ///
+    /// assert!(ALLOCATOR.acquire().is_err());
+    /// // The owner was built and published; its library's hook failed.
+    /// assert!(ALLOCATOR.published().is_some());
+    /// assert!(ALLOCATOR.acquired().is_none());
+    /// ```
     #[inline]
-    pub fn get(&'static self) -> Option<AllocatorHandle<B>> {
+    pub fn acquired(&'static self) -> Option<AllocatorHandle<B>> {
         if self.init.is_some() && !self.libraries.default_library().is_initialized() {
             return None;
         }
-        self.cell.get().map(|owner| AllocatorHandle { owner })
+        self.published()
     }
 
-    /// The owner if one was constructed, published or not (for diagnostics and tests: after
-    /// a failed attempt this is the owner the library may already have captured).
-    pub fn owner(&'static self) -> Option<&'static Owner<B>> {
+    /// The owner as soon as it has been constructed, published or not (for diagnostics and
+    /// tests: after a failed attempt this is the owner the library may already have
+    /// captured, and the one every retry hands out). `None` until the backend constructor
+    /// has succeeded. No side effects.
+    pub fn constructed_owner(&'static self) -> Option<&'static Owner<B>> {
         self.cell.owner()
     }
 
@@ -578,9 +611,11 @@ impl<B: Allocator + Send + Sync + 'static> GlobalProvider<B> {
 }
 
 /// The process-wide default provider, for [`DefaultBackend`] (the backend the cargo features
-/// select), with no init hook of its own: pass one with
-/// [`acquire_with`](GlobalProvider::acquire_with), or declare your own `static`
-/// [`GlobalProvider`] with a hook. The C ABI (`keepalloc_acquire`) uses this one.
+/// select), with no init hook of its own: run one as the default library with
+/// `DEFAULT_PROVIDER.acquire_library(DEFAULT_LIBRARY, hook)`
+/// ([`GlobalProvider::acquire_library`], [`DEFAULT_LIBRARY`]), or declare your own `static`
+/// [`GlobalProvider`] with a hook. [`Provider::new`] uses this one; the C ABI has providers
+/// of its own (in the `keepalloc-capi` crate).
 pub static DEFAULT_PROVIDER: GlobalProvider<DefaultBackend> =
     GlobalProvider::new(keepalloc_allocators::default_backend, None);
 

@@ -15,7 +15,10 @@ use crate::library_once::LibraryOnce;
 pub const MAX_LIBRARIES: usize = 16;
 /// The longest library name, in bytes.
 pub const MAX_LIBRARY_NAME: usize = 63;
-/// The library `acquire` / `acquire_with` / `keepalloc_acquire` initialize.
+/// The library [`GlobalProvider::acquire`](crate::GlobalProvider::acquire) initializes with
+/// the provider's own hook, and `keepalloc_acquire` (C) with the caller's; pass it to
+/// [`GlobalProvider::acquire_library`](crate::GlobalProvider::acquire_library) to run a hook of
+/// your own in the same once.
 pub const DEFAULT_LIBRARY: &str = "default";
 
 /// Why a library name was refused. Nothing was registered and no hook ran.

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_provider::{
-    GlobalProvider, HookRan, InitError, LibraryError, MAX_LIBRARIES, MAX_LIBRARY_NAME,
-    ProviderError,
+    DEFAULT_LIBRARY, GlobalProvider, HookRan, InitError, LibraryError, MAX_LIBRARIES,
+    MAX_LIBRARY_NAME, ProviderError,
 };
 use witness::{Ledger, Witnessed, owner_serial, serial_behind};
 
@@ -129,7 +129,7 @@ fn publish_only_consumes_no_library() {
     assert_eq!(GLOBAL.acquire().unwrap(), published);
     let mut ran = false;
     GLOBAL
-        .acquire_with(|_| {
+        .acquire_library(DEFAULT_LIBRARY, |_| {
             ran = true;
             Ok(())
         })
@@ -178,7 +178,7 @@ fn bad_names_are_typed_errors_and_register_nothing() {
     // Nothing was lost: the registered libraries and the default one still work.
     let (_, ran) = GLOBAL.acquire_library("lib0", never).unwrap();
     assert_eq!(ran, HookRan::AlreadyInitialized);
-    let h = GLOBAL.acquire_with(record).unwrap();
+    let (h, _) = GLOBAL.acquire_library(DEFAULT_LIBRARY, record).unwrap();
     // The test's witnesses: one backend, behind every library's table and the default one.
     assert_eq!(
         LEDGER.constructed(),
@@ -216,11 +216,15 @@ fn reentering_body() {
         "{inner:?}"
     );
     assert!(matches!(other, Some(Ok(HookRan::Ran))), "{other:?}");
-    // The default library re-entered through acquire_with.
+    // The default library re-entered from inside its own hook.
     let mut nested = None;
     GLOBAL
-        .acquire_with(|_| {
-            nested = Some(GLOBAL.acquire_with(|_| Ok(())).map(|_| ()));
+        .acquire_library(DEFAULT_LIBRARY, |_| {
+            nested = Some(
+                GLOBAL
+                    .acquire_library(DEFAULT_LIBRARY, |_| Ok(()))
+                    .map(|_| ()),
+            );
             Ok(())
         })
         .unwrap();
@@ -265,7 +269,7 @@ fn a_panicking_hook_resets_its_library_only() {
         assert!(r.is_err());
         assert!(!GLOBAL.is_initialized("flaky"));
         assert!(GLOBAL.is_initialized("steady"));
-        let owner = GLOBAL.owner().unwrap() as *const _;
+        let owner = GLOBAL.constructed_owner().unwrap() as *const _;
         let mut retried = 0;
         let (h, ran) = GLOBAL
             .acquire_library("flaky", |t| {

@@ -1,5 +1,5 @@
 //! What an embedder observes without (or besides) acquiring: whether a cell is published, the
-//! side-effect-free `GlobalProvider::get`, handle identity across providers, zeroed
+//! side-effect-free `GlobalProvider::acquired` and `GlobalProvider::published`, handle identity across providers, zeroed
 //! allocations, and the `Debug` output that ends up in logs. Each test fails when the function
 //! it covers is replaced by a constant (`cargo xtask mutants` checks that).
 //!
@@ -63,7 +63,7 @@ fn keep_cell_debug_shows_publication_and_counters() {
 }
 
 #[test]
-fn get_is_none_until_published_then_the_acquired_handle() {
+fn acquired_is_none_until_the_hook_succeeds_then_the_acquired_handle() {
     common::without_deadlock(|| {
         static LEDGER: Ledger = Ledger::new();
         static FAILURES_LEFT: AtomicUsize = AtomicUsize::new(1);
@@ -84,32 +84,39 @@ fn get_is_none_until_published_then_the_acquired_handle() {
         static GLOBAL: GlobalProvider<Witnessed> =
             GlobalProvider::new(|| LEDGER.construct(), Some(init));
 
-        assert!(GLOBAL.get().is_none(), "nothing published yet");
+        assert!(GLOBAL.acquired().is_none(), "nothing published yet");
+        assert!(GLOBAL.published().is_none(), "nothing published yet");
         assert!(matches!(
             GLOBAL.acquire(),
             Err(ProviderError::InitFailed(_))
         ));
         assert!(
-            GLOBAL.owner().is_some(),
+            GLOBAL.constructed_owner().is_some(),
             "the owner is kept after the failure"
         );
         assert!(
-            GLOBAL.get().is_none(),
-            "an owner that failed to publish is not returned"
+            GLOBAL.acquired().is_none(),
+            "an owner whose default library failed to initialize is not acquired"
         );
+        let published = GLOBAL
+            .published()
+            .expect("the owner was published before its library's hook failed");
 
         let handle = GLOBAL.acquire().unwrap();
-        assert_eq!(GLOBAL.get(), Some(handle));
-        let got = GLOBAL.get().unwrap();
-        // The test's witnesses: `get` ran no hook (the hook's own count) and built nothing
-        // (the constructor's count); it returns the acquired owner, by serial.
-        assert_eq!(HOOK_CALLS.load(SeqCst), 2, "get ran the hook");
-        assert_eq!(LEDGER.constructed(), 1, "get constructed a backend");
+        assert_eq!(published, handle, "the retry acquired another owner");
+        assert_eq!(GLOBAL.acquired(), Some(handle));
+        assert_eq!(GLOBAL.published(), Some(handle));
+        let got = GLOBAL.acquired().unwrap();
+        // The test's witnesses: `acquired` and `published` ran no hook (the hook's own count)
+        // and built nothing (the constructor's count); they return the acquired owner, by
+        // serial.
+        assert_eq!(HOOK_CALLS.load(SeqCst), 2, "an observer ran the hook");
+        assert_eq!(LEDGER.constructed(), 1, "an observer constructed a backend");
         let serial = LEDGER.first_serial();
         assert_eq!(
             (owner_serial(&got), owner_serial(&handle)),
             (serial, serial),
-            "get returned another owner than the acquired one"
+            "`acquired` returned another owner than `acquire` did"
         );
         assert_eq!(
             *SEEN.lock().unwrap(),
@@ -118,7 +125,11 @@ fn get_is_none_until_published_then_the_acquired_handle() {
         );
         assert!(std::ptr::eq(got.owner(), handle.owner()));
         assert!(std::ptr::eq(got.table(), handle.table()));
-        assert_eq!(GLOBAL.stats().init_attempts, 2, "get runs no attempt");
+        assert_eq!(
+            GLOBAL.stats().init_attempts,
+            2,
+            "an observer ran an attempt"
+        );
     });
 }
 
@@ -142,9 +153,12 @@ fn handles_of_different_providers_are_not_equal() {
     assert_ne!(a.context(), b.context());
     let again = Provider::with_global(&A).preferred_allocator().unwrap();
     assert_eq!(owner_serial(&again), LEDGER_A.first_serial());
-    assert_eq!(owner_serial(&B.get().unwrap()), LEDGER_B.first_serial());
+    assert_eq!(
+        owner_serial(&B.acquired().unwrap()),
+        LEDGER_B.first_serial()
+    );
     assert_eq!(a, again);
-    assert_eq!(b, B.get().unwrap());
+    assert_eq!(b, B.published().unwrap());
 }
 
 #[test]

@@ -20,7 +20,9 @@ use std::thread;
 use allocator_api2::alloc::Allocator;
 use allocator_api2::vec::Vec as AVec;
 use keepalloc_allocators::AllocatorTable;
-use keepalloc_provider::{GlobalProvider, InitError, Provider, ProviderError};
+use keepalloc_provider::{
+    DEFAULT_LIBRARY, GlobalProvider, HookRan, InitError, Provider, ProviderError,
+};
 use witness::{Ledger, Witnessed, owner_serial, serial_behind};
 
 /// A stand-in for XNNPACK's `xnn_initialize`: the first table it sees wins (CAS), later
@@ -187,10 +189,17 @@ fn init_failing_after_capture_is_retried_with_the_same_owner() {
             let err = session.preferred_allocator().unwrap_err();
             assert!(matches!(err, ProviderError::InitFailed(_)), "{err}");
             assert!(err.to_string().contains("weights not ready"));
-            assert!(GLOBAL.get().is_none());
+            assert!(GLOBAL.acquired().is_none());
         }
-        let first_owner = GLOBAL.owner().expect("owner kept after failures") as *const _;
-        let kept_serial = GLOBAL.owner().unwrap().allocator().inner().serial();
+        let first_owner = GLOBAL
+            .constructed_owner()
+            .expect("owner kept after failures") as *const _;
+        let kept_serial = GLOBAL
+            .constructed_owner()
+            .unwrap()
+            .allocator()
+            .inner()
+            .serial();
         let h = session.preferred_allocator().unwrap();
         // The test's witnesses: one construction, and the owner every init call was given,
         // the one the library captured and the one published are the same, by serial.
@@ -247,8 +256,13 @@ fn panicking_init_propagates_then_succeeds() {
             GlobalProvider::new(|| LEDGER.construct(), Some(init));
         let r = catch_unwind(AssertUnwindSafe(|| GLOBAL.acquire()));
         assert!(r.is_err());
-        let kept = GLOBAL.owner().unwrap() as *const _;
-        let kept_serial = GLOBAL.owner().unwrap().allocator().inner().serial();
+        let kept = GLOBAL.constructed_owner().unwrap() as *const _;
+        let kept_serial = GLOBAL
+            .constructed_owner()
+            .unwrap()
+            .allocator()
+            .inner()
+            .serial();
         let h = GLOBAL.acquire().unwrap();
         assert_eq!(
             LEDGER.constructed(),
@@ -280,7 +294,7 @@ fn owner_construction_failure_is_out_of_memory_and_retryable() {
         static GLOBAL: GlobalProvider<Witnessed> = GlobalProvider::new(|| LEDGER.construct(), None);
         for _ in 0..2 {
             assert!(matches!(GLOBAL.acquire(), Err(ProviderError::OutOfMemory)));
-            assert!(GLOBAL.owner().is_none());
+            assert!(GLOBAL.constructed_owner().is_none());
         }
         let h = GLOBAL.acquire().unwrap();
         assert_eq!(
@@ -315,21 +329,23 @@ fn default_provider_is_shared_and_is_an_allocator() {
 }
 
 #[test]
-fn acquire_with_uses_this_calls_hook_only_while_unpublished() {
+fn the_callers_default_library_hook_runs_only_until_one_succeeds() {
     common::without_deadlock(|| {
         static GLOBAL: GlobalProvider<keepalloc_allocators::System> =
             GlobalProvider::new(|| Ok(keepalloc_allocators::System), None);
         let err = GLOBAL
-            .acquire_with(|_| Err(InitError::code(-7)))
+            .acquire_library(DEFAULT_LIBRARY, |_| Err(InitError::code(-7)))
             .unwrap_err();
         match err {
             ProviderError::InitFailed(e) => assert_eq!(e.status(), Some(-7)),
             other => panic!("{other}"),
         }
-        GLOBAL.acquire_with(|_| Ok(())).unwrap();
-        // Published: a failing hook is not run any more.
-        GLOBAL
-            .acquire_with(|_| panic!("hook ran after publication"))
+        let (_, ran) = GLOBAL.acquire_library(DEFAULT_LIBRARY, |_| Ok(())).unwrap();
+        assert_eq!(ran, HookRan::Ran);
+        // Initialized: a failing hook is not run any more.
+        let (_, ran) = GLOBAL
+            .acquire_library(DEFAULT_LIBRARY, |_| panic!("hook ran after success"))
             .unwrap();
+        assert_eq!(ran, HookRan::AlreadyInitialized);
     });
 }

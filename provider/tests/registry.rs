@@ -1,5 +1,5 @@
 //! The library registry seen through its public face: name bounds, one once per name
-//! (compared by content), independent libraries on one owner, and `publish_get`.
+//! (compared by content), independent libraries on one owner, and `published`.
 
 mod common;
 
@@ -33,10 +33,10 @@ static TWO: GlobalProvider<System> = GlobalProvider::new(|| Ok(System), None);
 #[test]
 fn each_name_has_its_own_once_and_the_same_name_shares_it() {
     common::without_deadlock(|| {
-        assert!(TWO.publish_get().is_none(), "nothing published yet");
+        assert!(TWO.published().is_none(), "nothing published yet");
         let (a, ran) = TWO.acquire_library("alpha", |_| Ok(())).unwrap();
         assert_eq!(ran, HookRan::Ran);
-        assert_eq!(TWO.publish_get(), Some(a), "published: the same handle");
+        assert_eq!(TWO.published(), Some(a), "published: the same handle");
         // A name equal by content (a different String) is the same library: its hook is skipped.
         let again = String::from("alp") + "ha";
         let (b, ran) = TWO
@@ -79,8 +79,7 @@ fn the_registry_is_bounded_and_keeps_every_name_apart() {
     // The default library is not one of the named slots.
     assert!(!FULL.is_initialized(keepalloc_provider::DEFAULT_LIBRARY));
     let (_, ran) = FULL
-        .acquire_with(|_| Ok(()))
-        .map(|h| (h, HookRan::Ran))
+        .acquire_library(keepalloc_provider::DEFAULT_LIBRARY, |_| Ok(()))
         .unwrap();
     assert_eq!(ran, HookRan::Ran);
     assert!(FULL.is_initialized(keepalloc_provider::DEFAULT_LIBRARY));

@@ -380,7 +380,9 @@ fn main() {
         ort.check(st, "RegisterAllocator")
             .unwrap_or_else(|e| setup("control", e.to_string()));
     }
-    let owner = OWNER.owner().expect("registered, so the owner exists");
+    let owner = OWNER
+        .constructed_owner()
+        .expect("registered, so the owner exists");
     let failing = owner.allocator().inner();
     let scribble = failing.inner();
     let face = EnvAllocator::get().expect("registered, so the face exists");

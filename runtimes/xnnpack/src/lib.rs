@@ -131,7 +131,7 @@ where
         .acquire_library(LIBRARY, |table| {
             let allocations = || {
                 provider
-                    .owner()
+                    .constructed_owner()
                     .map_or(0, |owner| owner.allocator().stats().allocations)
             };
             // SAFETY: the table is the owner's, published at its final address, and the owner is never dropped (keepalloc's guarantee).

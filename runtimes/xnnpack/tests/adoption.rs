@@ -210,14 +210,14 @@ fn scenario_not_adopted(xnn: &'static Xnnpack) {
         !OWNER.is_initialized(LIBRARY),
         "XNNPACK's once is not complete"
     );
-    let owner = OWNER.owner().unwrap() as *const _;
+    let owner = OWNER.constructed_owner().unwrap() as *const _;
     // A retry says the same, with the same owner.
     let again = adopt(&OWNER, xnn);
     assert!(
         matches!(&again, Err(ProviderError::InitFailed(e)) if e.to_string() == not_adopted),
         "{again:?}"
     );
-    assert!(core::ptr::eq(OWNER.owner().unwrap(), owner));
+    assert!(core::ptr::eq(OWNER.constructed_owner().unwrap(), owner));
     assert_eq!(CONSTRUCTED.load(Ordering::SeqCst), 1, "still one owner");
     assert_eq!(OWNER.stats().owners_constructed, 1);
     // The library works, through its own allocator: our backend never sees a block.
