@@ -20,6 +20,9 @@
 //! file that CI builds and runs. Its first line says which (`// From PATH, ...`), and every
 //! other non-empty line, but `// ...`, must be a line of that file (leading and trailing
 //! blanks aside), in the same order. An `ignore` block without that line fails.
+//!
+//! ARCHITECTURE.md is kept honest by this module's tests: every path it writes in backticks
+//! and every relative link in it exists, and it stays under 300 lines.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -281,6 +284,112 @@ fn excerpt_mismatch<'a>(text: &str, excerpt: impl Iterator<Item = &'a str>) -> O
 #[cfg(test)]
 mod tests {
     use super::{excerpt_mismatch, extract};
+    use crate::util;
+
+    /// ARCHITECTURE.md's limit: a map to read in one sitting, not a second manual.
+    const ARCHITECTURE_MAX_LINES: usize = 300;
+
+    /// The inline code spans of a Markdown text, outside fenced blocks, in order. A text whose
+    /// backticks do not pair up is an error: one stray backtick would shift every span after it.
+    fn code_spans(text: &str) -> Result<Vec<String>, String> {
+        let mut prose = String::new();
+        let mut fenced = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            } else if !fenced {
+                prose.push_str(line);
+                prose.push('\n');
+            }
+        }
+        let pieces: Vec<&str> = prose.split('`').collect();
+        if pieces.len().is_multiple_of(2) {
+            return Err("an unpaired backtick outside the fenced blocks".to_owned());
+        }
+        Ok(pieces
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|s| (*s).to_owned())
+            .collect())
+    }
+
+    /// A code span that names a repository path: no whitespace, and a `/` or a file name
+    /// ending in `.rs`, `.md` or `.toml`.
+    fn names_a_path(span: &str) -> bool {
+        !span.is_empty()
+            && !span.contains(char::is_whitespace)
+            && (span.contains('/') || [".rs", ".md", ".toml"].iter().any(|e| span.ends_with(e)))
+    }
+
+    /// The file part of every relative link target (`[text](path#anchor)`) of a Markdown text.
+    fn relative_links(text: &str) -> Vec<String> {
+        text.split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            .map(|target| target.split('#').next().unwrap_or("").to_owned())
+            .filter(|file| {
+                !file.is_empty() && !file.contains("://") && !file.starts_with("mailto:")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn architecture_names_only_paths_that_exist() {
+        let root = util::root();
+        let file = root.join("ARCHITECTURE.md");
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let lines = text.lines().count();
+        assert!(
+            lines < ARCHITECTURE_MAX_LINES,
+            "ARCHITECTURE.md has {lines} lines; keep it under {ARCHITECTURE_MAX_LINES}"
+        );
+        let spans = code_spans(&text).unwrap_or_else(|e| panic!("ARCHITECTURE.md: {e}"));
+        let paths: Vec<String> = spans.into_iter().filter(|s| names_a_path(s)).collect();
+        let links = relative_links(&text);
+        // A parser that found nothing would pass any file: the map names dozens of each.
+        assert!(
+            paths.len() >= 50,
+            "only {} backticked paths found",
+            paths.len()
+        );
+        assert!(
+            links.len() >= 5,
+            "only {} relative links found",
+            links.len()
+        );
+        let mut missing: Vec<String> = paths
+            .iter()
+            .filter(|p| !root.join(p).exists())
+            .map(|p| format!("`{p}`"))
+            .collect();
+        missing.extend(
+            links
+                .iter()
+                .filter(|l| !root.join(l).exists())
+                .map(|l| format!("link {l}")),
+        );
+        assert!(
+            missing.is_empty(),
+            "ARCHITECTURE.md names paths that do not exist from the workspace root: {}. A \
+             backticked span with a `/`, or ending in .rs, .md or .toml, must be such a path: \
+             fix it, or drop the backticks if it is not a path",
+            missing.join(", ")
+        );
+    }
+
+    #[test]
+    fn architecture_check_reads_spans_and_links_as_written() {
+        let text = "See `provider/src/cell.rs`, `KeepCell`, `cargo xtask fault-test` and\n\
+                    `Cargo.toml`; [docs](docs/verification.md#the-commands), \
+                    [web](https://example.org/a).\n```text\n`not/a/span`\n```\n`a\nb/c`\n";
+        let spans = code_spans(text).unwrap();
+        let paths: Vec<&String> = spans.iter().filter(|s| names_a_path(s)).collect();
+        assert_eq!(paths, ["provider/src/cell.rs", "Cargo.toml"]);
+        assert_eq!(relative_links(text), ["docs/verification.md"]);
+        assert!(code_spans("one ` stray").is_err());
+    }
 
     #[test]
     fn an_excerpt_must_keep_the_files_lines_in_order() {
