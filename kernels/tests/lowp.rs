@@ -4,13 +4,13 @@
 
 mod common;
 
-use common::Rng;
 use common::lowp::{Kind, LCase};
+use common::{Rng, RuntimePool};
 use keepalloc_allocators::{AllocatorTable, Counting, Limited, System};
 use keepalloc_kernels::{
     DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedF32Qc8w,
     FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, KernelError,
-    bf16_from_f32, bf16_to_f32, quantize_qd8,
+    Parallel, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
 
 static BACKEND: System = System;
@@ -142,6 +142,68 @@ fn qd8_isas_are_bit_identical() {
                 "{isa} differs from scalar at {m}x{k}x{n}"
             );
         }
+    }
+}
+
+#[test]
+fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
+    // Shapes cut by panels (n ≥ m), by row units of 32 (tall, few panels, a remainder
+    // past the last unit), and too small to cut; batch 1 included.
+    let pool = RuntimePool(2);
+    let mut rng = Rng::new(41);
+    for (m, k, n) in [
+        (1, 300, 200),
+        (64, 256, 100),
+        (150, 96, 40),
+        (70, 130, 16),
+        (40, 64, 20),
+        (97, 200, 333),
+    ] {
+        let case = LCase::random(&mut rng, m, k, n);
+        for kind in Kind::ALL {
+            for isa in kind.isas() {
+                let what = format!("{} {isa} {m}x{k}x{n}", kind.name());
+                let one = case.run(&TABLE, kind, Some(isa), &what);
+                let two = case
+                    .try_run_on(&TABLE, kind, Some(isa), Some(&pool), &what)
+                    .unwrap_or_else(|e| panic!("{what} on the pool: {e}"));
+                case.check_against(&two, &case.reference(kind), &what);
+                assert!(
+                    one.iter()
+                        .zip(&two)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: the pool's output differs from one thread's"
+                );
+            }
+        }
+    }
+}
+
+/// A pool that forgets the last task it is given.
+struct Skips;
+
+impl Parallel for Skips {
+    fn threads(&self) -> usize {
+        2
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..tasks.saturating_sub(1)).for_each(task);
+    }
+}
+
+#[test]
+fn a_pool_that_skips_a_task_is_an_error() {
+    let case = LCase::random(&mut Rng::new(42), 64, 128, 256);
+    for kind in Kind::ALL {
+        let err = case
+            .try_run_on(&TABLE, kind, None, Some(&Skips), kind.name())
+            .unwrap_err();
+        assert!(
+            matches!(err, KernelError::ParallelIncomplete { ran, tasks } if ran + 1 == tasks),
+            "{}: {err:?}",
+            kind.name()
+        );
     }
 }
 

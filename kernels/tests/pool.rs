@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use common::watchdog::watchdog;
-use common::{Case, Rng};
+use common::{Case, Rng, RuntimePool};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
 use keepalloc_kernels::{
     FullyConnected, Isa, KernelError, MAX_POOL_THREADS, Parallel, Sequential, ThreadPool,
@@ -605,34 +605,6 @@ impl Parallel for Skips {
 
     fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
         (0..tasks.saturating_sub(1)).for_each(task);
-    }
-}
-
-/// A runtime's pool: its own std threads, each task index claimed from a counter.
-struct RuntimePool(usize);
-
-impl Parallel for RuntimePool {
-    fn threads(&self) -> usize {
-        self.0
-    }
-
-    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
-        let next = AtomicUsize::new(0);
-        let claim = || {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= tasks {
-                    return;
-                }
-                task(i);
-            }
-        };
-        std::thread::scope(|s| {
-            for _ in 1..self.0 {
-                s.spawn(claim);
-            }
-            claim();
-        });
     }
 }
 

@@ -566,14 +566,49 @@ pub(super) unsafe fn qd8_amx(job: &Job) {
         // SAFETY: forwarded (caller).
         return unsafe { qd8_with(job, false) };
     }
-    // The driver quantizes (and pads) the rows itself on AMX (`quantizes_in_driver`).
-    debug_assert!(!job.x.is_null());
     // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
     unsafe { super::amx::load(&CONFIG) };
     // SAFETY: forwarded (caller); the configuration is loaded on this thread.
     unsafe { qd8_with(job, true) };
     // SAFETY: as above.
     unsafe { super::amx::release() };
+}
+
+/// Quantizes the rows `rows` of a qd8 job as the driver would (`job.x` set): their bytes
+/// into A, each zero-padded to a whole AMX tile step, and their parameters; a later run of
+/// the job with `x` NULL then reads them.
+///
+/// # Safety
+/// As [`qd8`] with `job.x` set, and `rows` within `0..job.m`.
+pub(super) unsafe fn qd8_prepare(job: &Job, rows: core::ops::Range<usize>) {
+    use super::amx::STEP_WORDS;
+    let words = job.k.div_ceil(4);
+    let padded = words.div_ceil(STEP_WORDS) * STEP_WORDS * 4;
+    // SAFETY: rows `rows` of the input, of A and of the row parameters are in bounds, A and
+    // the parameters writable (caller).
+    unsafe {
+        quant::rows(
+            DotIsa::Avx512Vnni,
+            rows.len(),
+            job.k,
+            job.x.add(rows.start * job.ldx),
+            job.ldx,
+            job.a.add(rows.start * job.lda).cast_mut(),
+            job.lda,
+            job.rows.add(rows.start).cast_mut(),
+        );
+    }
+    for r in rows {
+        // Bytes 4·words .. padded lie within the row's `lda` bytes (whole cache lines).
+        // SAFETY: inside row r of the workspace's A (caller).
+        unsafe {
+            core::ptr::write_bytes(
+                job.a.add(r * job.lda + 4 * words).cast_mut(),
+                0,
+                padded - 4 * words,
+            );
+        }
+    }
 }
 
 /// [`qd8`], with AMX blocks when `amx` (the tile configuration of `amx::Config::new` then

@@ -29,10 +29,11 @@
 //!   and panels that outgrow L1/L2 for very long K). Batch 1 with more than 16 MiB of
 //!   packed weights (DRAM-bound) prefetches 16 KiB ahead into L2.
 //!
-//! One thread per run.
+//! A run is on the calling thread, or cut over a pool's threads by `parallel`.
 
 mod isa;
 mod pack;
+mod parallel;
 pub(crate) mod quant;
 mod scalar;
 
@@ -48,6 +49,7 @@ mod blocked;
 pub use isa::{DOT_ISA_ENV, DotIsa};
 pub(crate) use isa::{Kind, choose, forced};
 pub(crate) use pack::{pack_bf16, pack_f32_qc8w, pack_qd8, panel_bytes, panel_bytes_checked};
+pub(crate) use parallel::run_in;
 
 use crate::gemm::row_tiles;
 use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};

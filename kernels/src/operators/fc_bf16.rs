@@ -8,6 +8,7 @@ use super::lowp_common::{Core, core_accessors};
 use crate::error::KernelError;
 use crate::init;
 use crate::lowp::{self, DotIsa, Kind};
+use crate::pool::Parallel;
 
 /// The bf16 value nearest to `x` (round to nearest, ties to even; NaN stays a quiet NaN),
 /// as its raw 16 bits: the upper half of the f32.
@@ -124,13 +125,21 @@ impl FullyConnectedBf16F32 {
     /// `output_stride` apart; only the first `output_channels` of each are written). A batch
     /// of 0 does nothing. Never allocates.
     pub fn run(&self, batch: usize, input: &[u16], output: &mut [f32]) -> Result<(), KernelError> {
-        let c = &self.core;
-        if !c.check_run(batch, input.len(), output.len())? {
-            return Ok(());
-        }
-        let job = c.job(batch, input, output);
-        // SAFETY: the slices hold `batch` rows at their strides (checked above), the output is borrowed mutably, the block was packed for (kind, isa) by `create`, which checked the ISA.
-        unsafe { lowp::run(&job) };
-        Ok(())
+        self.core.run_plain(batch, input, output, None)
+    }
+
+    /// [`run`](Self::run) on `pool`, a [`ThreadPool`](crate::ThreadPool) or a runtime's own
+    /// [`Parallel`] implementation, with as many threads as it has: the output panels (or,
+    /// for a tall batch, its rows in units of 32) are shared out, and the result is
+    /// bit-identical to a one-thread run. Never allocates. A pool that skips tasks gets
+    /// [`KernelError::ParallelIncomplete`].
+    pub fn run_in(
+        &self,
+        pool: &dyn Parallel,
+        batch: usize,
+        input: &[u16],
+        output: &mut [f32],
+    ) -> Result<(), KernelError> {
+        self.core.run_plain(batch, input, output, Some(pool))
     }
 }

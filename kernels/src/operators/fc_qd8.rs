@@ -10,6 +10,7 @@ use crate::buffer::ALIGNMENT;
 use crate::error::KernelError;
 use crate::init;
 use crate::lowp::{self, DotIsa, Job, Kind, RowQuant, quant};
+use crate::pool::Parallel;
 
 /// One row's dynamic quantization, laid out as XNNPACK's `struct xnn_quantization_params`:
 /// `x ≈ scale · (q - zero_point)`.
@@ -190,6 +191,33 @@ impl FullyConnectedQd8F32Qc8w {
         output: &mut [f32],
         workspace: &mut [u8],
     ) -> Result<(), KernelError> {
+        self.execute(batch, input, output, workspace, None)
+    }
+
+    /// [`run`](Self::run) on `pool`, a [`ThreadPool`](crate::ThreadPool) or a runtime's own
+    /// [`Parallel`] implementation, with as many threads as it has: the output panels (or,
+    /// for a tall batch, its rows in units of 32) are shared out, and the result is
+    /// bit-identical to a one-thread run. Never allocates; the input is quantized on the pool too. A pool that skips tasks gets
+    /// [`KernelError::ParallelIncomplete`].
+    pub fn run_in(
+        &self,
+        pool: &dyn Parallel,
+        batch: usize,
+        input: &[f32],
+        output: &mut [f32],
+        workspace: &mut [u8],
+    ) -> Result<(), KernelError> {
+        self.execute(batch, input, output, workspace, Some(pool))
+    }
+
+    fn execute(
+        &self,
+        batch: usize,
+        input: &[f32],
+        output: &mut [f32],
+        workspace: &mut [u8],
+        pool: Option<&dyn Parallel>,
+    ) -> Result<(), KernelError> {
         let c = &self.core;
         if !c.check_run(batch, input.len(), output.len())? {
             return Ok(());
@@ -250,7 +278,6 @@ impl FullyConnectedQd8F32Qc8w {
             ldx: c.input_stride,
         };
         // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their parameters were just written, or the driver writes them from `x` (the same workspace parts, writable); the output holds `batch` rows (checked); the block was packed for (kind, isa) by `create`.
-        unsafe { lowp::run(&job) };
-        Ok(())
+        unsafe { c.execute(&job, pool) }
     }
 }

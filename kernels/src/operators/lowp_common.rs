@@ -6,6 +6,7 @@ use keepalloc_allocators::AllocatorTable;
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
 use crate::lowp::{DotIsa, Job, Kind, choose, shape};
+use crate::pool::Parallel;
 
 /// Largest K of `qd8_f32_qc8w`: the exact i32 accumulation needs
 /// `K · 255 · 128 < 2³¹` (see the AVX-512 kernel's notes).
@@ -196,6 +197,46 @@ impl Core {
 }
 
 impl Core {
+    /// Runs `job` (built from this operator and a checked run) on the calling thread, or on
+    /// `pool` with as many threads as it has.
+    ///
+    /// # Safety
+    /// As `lowp::run`.
+    pub(crate) unsafe fn execute(
+        &self,
+        job: &Job,
+        pool: Option<&dyn Parallel>,
+    ) -> Result<(), KernelError> {
+        match pool {
+            // SAFETY: forwarded (caller).
+            None => unsafe { crate::lowp::run(job) },
+            // SAFETY: forwarded (caller).
+            Some(pool) => unsafe { crate::lowp::run_in(job, pool, pool.threads().max(1))? },
+        }
+        Ok(())
+    }
+
+    /// A run of an operator whose kernels read the activations as given (bf16 or f32):
+    /// checks the buffers, then computes on the calling thread or on `pool`.
+    pub(crate) fn run_plain<T>(
+        &self,
+        batch: usize,
+        input: &[T],
+        output: &mut [f32],
+        pool: Option<&dyn Parallel>,
+    ) -> Result<(), KernelError> {
+        debug_assert_eq!(
+            size_of::<T>(),
+            if self.kind == Kind::Bf16F32 { 2 } else { 4 }
+        );
+        if !self.check_run(batch, input.len(), output.len())? {
+            return Ok(());
+        }
+        let job = self.job(batch, input, output);
+        // SAFETY: the slices hold `batch` rows at their strides (checked above), the output is borrowed mutably, the block was packed for (kind, isa) by `create`, which checked the ISA.
+        unsafe { self.execute(&job, pool) }
+    }
+
     /// The job of a run whose activations the kernels read as given (bf16, f32): `batch`
     /// rows of `input` into `output`, no quantized rows. The caller checked the run.
     pub(crate) fn job<T>(&self, batch: usize, input: &[T], output: &mut [f32]) -> Job {

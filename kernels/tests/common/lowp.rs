@@ -302,6 +302,19 @@ impl LCase {
         isa: Option<DotIsa>,
         what: &str,
     ) -> Vec<f32> {
+        self.try_run_on(table, kind, isa, None, what)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    /// As [`run`](Self::run), on `pool` when given (`run_in`); a run's error is returned.
+    pub fn try_run_on(
+        &self,
+        table: &'static AllocatorTable,
+        kind: Kind,
+        isa: Option<DotIsa>,
+        pool: Option<&dyn keepalloc_kernels::Parallel>,
+        what: &str,
+    ) -> Result<Vec<f32>, keepalloc_kernels::KernelError> {
         let mut out = self.output();
         let fail = |e: keepalloc_kernels::KernelError| -> ! { panic!("{what}: {e}") };
         match kind {
@@ -323,8 +336,10 @@ impl LCase {
                 if let Some(isa) = isa {
                     assert_eq!(op.isa(), isa);
                 }
-                op.run(self.m, &self.input_bf16, &mut out)
-                    .unwrap_or_else(|e| fail(e));
+                match pool {
+                    Some(p) => op.run_in(p, self.m, &self.input_bf16, &mut out)?,
+                    None => op.run(self.m, &self.input_bf16, &mut out)?,
+                }
             }
             Kind::Qd8F32Qc8w => {
                 let mut d = FullyConnectedQd8F32Qc8wDesc::new(
@@ -352,8 +367,10 @@ impl LCase {
                 // A workspace full of garbage, at an odd address: neither may matter.
                 let size = op.workspace_size(self.m).unwrap();
                 let mut ws = vec![0x5au8; size + 1];
-                op.run(self.m, &self.input, &mut out, &mut ws[1..])
-                    .unwrap_or_else(|e| fail(e));
+                match pool {
+                    Some(p) => op.run_in(p, self.m, &self.input, &mut out, &mut ws[1..])?,
+                    None => op.run(self.m, &self.input, &mut out, &mut ws[1..])?,
+                }
             }
             Kind::F32Qc8w => {
                 let mut d =
@@ -374,10 +391,12 @@ impl LCase {
                 if let Some(isa) = isa {
                     assert_eq!(op.isa(), isa);
                 }
-                op.run(self.m, &self.input, &mut out)
-                    .unwrap_or_else(|e| fail(e));
+                match pool {
+                    Some(p) => op.run_in(p, self.m, &self.input, &mut out)?,
+                    None => op.run(self.m, &self.input, &mut out)?,
+                }
             }
         }
-        out
+        Ok(out)
     }
 }

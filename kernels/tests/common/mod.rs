@@ -1,7 +1,9 @@
 //! Shared test helpers: a seeded RNG, problem generation and the f64 reference.
 #![allow(dead_code)]
 
-use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel};
 
 /// xorshift64*: seeded, reproducible, no dependencies.
 pub struct Rng(u64);
@@ -211,3 +213,31 @@ pub fn without_tail<'a>(
 }
 pub mod lowp;
 pub mod watchdog;
+
+/// A runtime's pool: its own std threads, each task index claimed from a counter.
+pub struct RuntimePool(pub usize);
+
+impl Parallel for RuntimePool {
+    fn threads(&self) -> usize {
+        self.0
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        let next = AtomicUsize::new(0);
+        let claim = || {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= tasks {
+                    return;
+                }
+                task(i);
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.0 {
+                s.spawn(claim);
+            }
+            claim();
+        });
+    }
+}
