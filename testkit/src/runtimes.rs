@@ -1,11 +1,11 @@
-//! The real runtimes the tests run against: pinned PyPI wheels of ONNX Runtime and
-//! ExecuTorch, downloaded and unpacked under `target/runtimes/`, described by
-//! `target/runtimes/runtimes.json`.
+//! The real runtimes the tests and the bench run against: pinned PyPI wheels of ONNX
+//! Runtime, ExecuTorch and oneDNN, downloaded and unpacked under `target/runtimes/`,
+//! described by `target/runtimes/runtimes.json`.
 //!
 //! The wheels are fetched with `pip download --no-deps --only-binary=:all:` for one fixed
-//! interpreter tag and platform (`cp311`, `manylinux_2_28_x86_64`), so the machine's own
-//! Python version does not matter, and each wheel's SHA-256 is pinned: pip refuses a wheel
-//! whose hash differs (`--require-hashes`). They are unpacked with Python's `zipfile`.
+//! interpreter tag and each wheel's platform tag, so the machine's own Python version does
+//! not matter, and each wheel's SHA-256 is pinned: pip refuses a wheel whose hash differs
+//! (`--require-hashes`). They are unpacked with Python's `zipfile`.
 //!
 //! [`fetch`] is `cargo xtask runtimes`; [`for_test`] calls it on a test's first use, under a
 //! file lock so that test binaries and threads fetch once, and reports the test as not run
@@ -24,8 +24,10 @@ pub struct Wheel {
     pub name: &'static str,
     /// The pinned version.
     pub version: &'static str,
-    /// The SHA-256 of the `cp311` `manylinux_2_28_x86_64` wheel of that version.
+    /// The SHA-256 of the `cp311` wheel of that version for [`Wheel::platform`].
     pub sha256: &'static str,
+    /// The wheel's platform tag (pip does not widen `manylinux_2_28` to older tags).
+    pub platform: &'static str,
     /// Only members under these prefixes are unpacked.
     pub unpack: &'static [&'static str],
 }
@@ -35,6 +37,7 @@ pub const ONNXRUNTIME: Wheel = Wheel {
     name: "onnxruntime",
     version: "1.32.0",
     sha256: "5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c419dc6d163d",
+    platform: "manylinux_2_28_x86_64",
     unpack: &["onnxruntime/capi/", "onnxruntime/datasets/"],
 };
 
@@ -43,11 +46,22 @@ pub const EXECUTORCH: Wheel = Wheel {
     name: "executorch",
     version: "1.5.1",
     sha256: "274c28c2fe2b76acb03f9fa381537425c40e0098dcf886baf6d97a1a55ffe300",
+    platform: "manylinux_2_28_x86_64",
     unpack: &["executorch/lib/"],
 };
 
+/// oneDNN v3.2.0 built with GNU OpenMP (`libdnnl.so.3`; it links the system's
+/// `libgomp.so.1`): the bench's x86 peer. The newer `onednn` wheels run on a SYCL runtime
+/// that adds about 14 µs to every call.
+pub const ONEDNN: Wheel = Wheel {
+    name: "onednn-cpu-gomp",
+    version: "2023.2.0",
+    sha256: "2f22a54d6a890ed14bfa185d42a4be65d8b5b1df85dc1f0f3a9abe31620416fb",
+    platform: "manylinux1_x86_64",
+    unpack: &["onednn_cpu_gomp-2023.2.0.data/data/lib/libdnnl.so.3.2"],
+};
+
 const PYTHON_VERSION: &str = "3.11";
-const PLATFORM: &str = "manylinux_2_28_x86_64";
 
 /// What `runtimes.json` says: where the unpacked runtimes are.
 #[derive(Clone, Debug)]
@@ -60,6 +74,8 @@ pub struct Runtimes {
     pub wheel_models: BTreeMap<String, PathBuf>,
     /// ExecuTorch's XNNPACK backend library (current XNNPACK's C API).
     pub executorch_xnnpack: PathBuf,
+    /// oneDNN's `libdnnl.so.3.2`.
+    pub onednn: PathBuf,
 }
 
 /// The workspace root (this crate's parent directory).
@@ -89,6 +105,7 @@ pub fn load() -> Result<Runtimes, String> {
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| missing(e.to_string()))?;
     if v["onnxruntime"]["version"] != ONNXRUNTIME.version
         || v["executorch"]["version"] != EXECUTORCH.version
+        || v["onednn"]["version"] != ONEDNN.version
     {
         return Err(missing("written for other pinned versions".into()));
     }
@@ -116,6 +133,7 @@ pub fn load() -> Result<Runtimes, String> {
         onnxruntime_version: ONNXRUNTIME.version.to_owned(),
         wheel_models,
         executorch_xnnpack: file(&v["executorch"]["xnnpack_backend"])?,
+        onednn: file(&v["onednn"]["library"])?,
     })
 }
 
@@ -191,7 +209,7 @@ pub fn fetch(force: bool, log: &mut dyn std::io::Write) -> Result<Runtimes, Stri
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let wheels = dir.join("wheels");
     let mut unpacked = Vec::new();
-    for wheel in [&ONNXRUNTIME, &EXECUTORCH] {
+    for wheel in [&ONNXRUNTIME, &EXECUTORCH, &ONEDNN] {
         let file = download(wheel, &wheels)?;
         let into = dir.join(format!("{}-{}", wheel.name, wheel.version));
         unpack(&file, &into, wheel.unpack)?;
@@ -222,6 +240,7 @@ pub fn fetch(force: bool, log: &mut dyn std::io::Write) -> Result<Runtimes, Stri
         }
     }
     let xnnpack_backend = unpacked[1].join("executorch/lib/libexecutorch_backend_xnnpack.so");
+    let onednn = unpacked[2].join(ONEDNN.unpack[0]);
     let manifest = serde_json::json!({
         "onnxruntime": {
             "version": ONNXRUNTIME.version,
@@ -231,6 +250,10 @@ pub fn fetch(force: bool, log: &mut dyn std::io::Write) -> Result<Runtimes, Stri
         "executorch": {
             "version": EXECUTORCH.version,
             "xnnpack_backend": xnnpack_backend.display().to_string(),
+        },
+        "onednn": {
+            "version": ONEDNN.version,
+            "library": onednn.display().to_string(),
         },
     });
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?;
@@ -257,7 +280,12 @@ fn download(wheel: &Wheel, into: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot write {}: {e}", requirements.display()))?;
     let mut pip = Command::new(python());
     pip.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-        .args(["--python-version", PYTHON_VERSION, "--platform", PLATFORM])
+        .args([
+            "--python-version",
+            PYTHON_VERSION,
+            "--platform",
+            wheel.platform,
+        ])
         .args(["--require-hashes", "--disable-pip-version-check", "-q"])
         .arg("-r")
         .arg(&requirements)
@@ -265,7 +293,8 @@ fn download(wheel: &Wheel, into: &Path) -> Result<PathBuf, String> {
         .arg(into);
     run(&mut pip)
         .map_err(|e| format!("downloading {}=={} failed: {e}", wheel.name, wheel.version))?;
-    let prefix = format!("{}-{}-", wheel.name, wheel.version);
+    // A wheel's file name spells the distribution's dashes as underscores.
+    let prefix = format!("{}-{}-", wheel.name.replace('-', "_"), wheel.version);
     let entries = fs::read_dir(into).map_err(|e| format!("cannot list {}: {e}", into.display()))?;
     entries
         .flatten()
@@ -332,6 +361,7 @@ mod tests {
             "onnxruntime": {"version": ONNXRUNTIME.version, "library": "/nonexistent/libonnxruntime.so",
                             "models": {"m": "/nonexistent/m.onnx"}},
             "executorch": {"version": EXECUTORCH.version, "xnnpack_backend": "/nonexistent/x.so"},
+            "onednn": {"version": ONEDNN.version, "library": "/nonexistent/libdnnl.so.3.2"},
         });
         fs::write(&path, json.to_string()).unwrap();
         let err = with_manifest(&path, load).unwrap_err();

@@ -1,6 +1,6 @@
 //! `cargo xtask runtimes`: downloads the pinned runtime wheels from PyPI, unpacks them under
-//! `target/runtimes/`, and writes `target/runtimes/runtimes.json`, the file the tests and the
-//! ONNX Runtime campaign read to find the libraries and models.
+//! `target/runtimes/`, and writes `target/runtimes/runtimes.json`, the file the tests, the
+//! bench and the ONNX Runtime campaign read to find the libraries and models.
 //!
 //! It runs the test kit's `keepalloc-runtimes` binary, the same fetch the tests run on their
 //! first use; here a failed download, a hash mismatch or a missing file is always an error
@@ -9,11 +9,12 @@
 use crate::util;
 
 /// `cargo xtask runtimes --help` (the pinned versions are the test kit's:
-/// `keepalloc_testkit::runtimes::{ONNXRUNTIME, EXECUTORCH}`).
+/// `keepalloc_testkit::runtimes::{ONNXRUNTIME, EXECUTORCH, ONEDNN}`).
 pub const LONG_ABOUT: &str = "\
-Downloads the pinned onnxruntime and executorch wheels with pip, unpacks them under
-target/runtimes/ and writes target/runtimes/runtimes.json, the file the tests and the ONNX
-Runtime campaign read. A failed download, a hash mismatch or a missing file is an error.";
+Downloads the pinned onnxruntime, executorch and onednn-cpu-gomp wheels with pip, unpacks
+them under target/runtimes/ and writes target/runtimes/runtimes.json, the file the tests, the
+bench and the ONNX Runtime campaign read. A failed download, a hash mismatch or a missing
+file is an error.";
 
 /// `cargo xtask runtimes` options.
 #[derive(clap::Args, Debug, Default)]

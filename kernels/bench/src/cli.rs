@@ -54,12 +54,13 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "MxKxN,...", value_delimiter = ',', value_parser = parse_shape)]
     pub(crate) shapes: Option<Vec<(usize, usize, usize)>>,
     /// Which operator: the f32 one against every peer, or a low-precision one against
-    /// current XNNPACK (the executorch wheel's), or all four.
+    /// current XNNPACK (the executorch wheel's) and oneDNN, or all four.
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16_f32", "qd8_f32_qc8w", "f32_qc8w", "all"])]
     pub(crate) op: String,
-    /// Multi-threaded comparison: keepalloc on a T-thread pool (and its 1-thread figure)
-    /// against XNNPACK (Debian's and current) on a T-thread pthreadpool and OpenBLAS with T
-    /// threads (the f32 operator; `--json`, `--quick` and `--shapes` apply).
+    /// Multi-threaded comparison: keepalloc on a T-thread pool (and, for f32, its 1-thread
+    /// figure) against oneDNN on T OpenMP threads, and for f32 XNNPACK (Debian's and
+    /// current) on a T-thread pthreadpool and OpenBLAS with T threads (`--op`, `--json`,
+    /// `--quick` and `--shapes` apply).
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) threads: Option<u16>,
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::Options;
-use crate::output::{paired_json, ratio_method, result_json, to_pretty};
+use crate::output::{paired_json, ratio_method, result_json};
 use crate::peers::{Data, Lib};
 use crate::stats::{Paired, verdict_lines};
 use crate::table::{Cell, Row};
@@ -26,7 +26,8 @@ pub(crate) fn current_xnnpack_missing(rows: &[Row], libs: &[Lib]) -> Option<Stri
 }
 
 /// The f32 operator against every peer.
-pub(crate) fn run_f32(o: &Options) -> ExitCode {
+/// Returns the exit code and the run's JSON.
+pub(crate) fn run_f32(o: &Options) -> (ExitCode, serde_json::Value) {
     let isa = keepalloc_kernels::selected_isa().map_or_else(|e| e.to_string(), |i| i.to_string());
     println!(
         "keepalloc-kernels bench: single thread, GFLOPS = 2·M·K·N / median time; keepalloc ISA: {isa}"
@@ -96,6 +97,9 @@ pub(crate) fn run_f32(o: &Options) -> ExitCode {
     for (i, row) in rows.iter().enumerate() {
         print_row(row, peak, i == 0, &o.libs);
     }
+    for line in crate::onednn::chosen_lines() {
+        println!("oneDNN chose {line}");
+    }
     println!("({})", ratio_method());
     let cells: Vec<(String, String, Paired)> = rows
         .iter()
@@ -127,16 +131,6 @@ pub(crate) fn run_f32(o: &Options) -> ExitCode {
             path.display()
         );
     }
-    if let Some(path) = &o.json {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Err(e) = std::fs::write(path, json(&rows, peak, &isa)) {
-            eprintln!("could not write {path}: {e}");
-            return ExitCode::FAILURE;
-        }
-        println!("JSON: {path}");
-    }
     if let Some(dir) = std::path::Path::new(&o.svg).parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -148,15 +142,16 @@ pub(crate) fn run_f32(o: &Options) -> ExitCode {
         && std::env::var("CI").is_ok_and(|v| v == "true")
     {
         eprintln!("CI=true: current XNNPACK is required: {why}");
-        return ExitCode::FAILURE;
+        return (ExitCode::FAILURE, json(&rows, peak, &isa));
     }
-    if wrong.is_empty() {
+    let code = if wrong.is_empty() {
         println!("all outputs match the f64 reference");
         ExitCode::SUCCESS
     } else {
         eprintln!("WRONG RESULTS: {}", wrong.join(", "));
         ExitCode::FAILURE
-    }
+    };
+    (code, json(&rows, peak, &isa))
 }
 
 pub(crate) fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
@@ -167,8 +162,8 @@ pub(crate) fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
         }
         let _ = write!(
             h,
-            "  {:>24} {:>9} {:>7} {:>8} {:>7}",
-            "best peer", "vs best", "vs XNN", "vs XNN26", "% peak"
+            "  {:>24} {:>9} {:>7} {:>8} {:>9} {:>7}",
+            "best peer", "vs best", "vs XNN", "vs XNN26", "vs oneDNN", "% peak"
         );
         let _ = write!(h, "  {:>16}", "b=1 roof GFLOPS");
         println!("{h}");
@@ -192,11 +187,12 @@ pub(crate) fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
     let ratio = |r: Option<Paired>| r.map_or("-".into(), |r| r.show());
     let _ = write!(
         line,
-        "  {:>24} {:>9} {:>7} {:>8} {:>7}",
+        "  {:>24} {:>9} {:>7} {:>8} {:>9} {:>7}",
         best_s,
         ratio(best.and_then(|(l, _)| row.ratio_to(l))),
         ratio(row.ratio_to(Lib::Xnnpack)),
         ratio(row.ratio_to(Lib::XnnpackCurrent)),
+        ratio(row.ratio_to(Lib::OneDnn)),
         ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak))
     );
     if let Some(bw) = row.bandwidth {
@@ -205,7 +201,7 @@ pub(crate) fn print_row(row: &Row, peak: f64, header: bool, libs: &[Lib]) {
     println!("{line}");
 }
 
-pub(crate) fn json(rows: &[Row], peak: f64, isa: &str) -> String {
+pub(crate) fn json(rows: &[Row], peak: f64, isa: &str) -> serde_json::Value {
     let shapes: Vec<serde_json::Value> = rows
         .iter()
         .map(|row| {
@@ -227,17 +223,19 @@ pub(crate) fn json(rows: &[Row], peak: f64, isa: &str) -> String {
                 "vs_best_peer": paired_json(best.and_then(|(l, _)| row.ratio_to(l))),
                 "vs_XNNPACK": paired_json(row.ratio_to(Lib::Xnnpack)),
                 "vs_XNNPACK-2026": paired_json(row.ratio_to(Lib::XnnpackCurrent)),
+                "vs_oneDNN": paired_json(row.ratio_to(Lib::OneDnn)),
             });
             o
         })
         .collect();
-    to_pretty(&serde_json::json!({
+    serde_json::json!({
         "fma_peak_gflops": peak,
         "keepalloc_isa": isa,
         "threads": 1,
         "ratio_method": ratio_method(),
+        "onednn_implementations": crate::onednn::chosen_json(),
         "shapes": shapes,
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -264,7 +262,7 @@ mod tests {
             ],
             bandwidth: Some(20.0),
         }];
-        let v: serde_json::Value = serde_json::from_str(&json(&rows, 170.0, "avx512")).unwrap();
+        let v = json(&rows, 170.0, "avx512");
         assert_eq!(v["fma_peak_gflops"], 170.0);
         let shape = &v["shapes"][0];
         assert_eq!(

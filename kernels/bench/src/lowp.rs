@@ -16,13 +16,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{
     FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
-    FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
+    FullyConnectedQd8F32Qc8wDesc, Parallel, ThreadPool, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
 
+use crate::onednn::{self, Matmul, OneDnn, Quantizer, Weights};
 use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
 use crate::stats::{Measured, paired_ratio};
@@ -63,6 +63,10 @@ struct Data {
     w8: Vec<i8>,
     scales: Vec<f32>,
     bias: Vec<f32>,
+    /// m × k: `x` quantized per tensor to u8 (`tensor_q`), oneDNN's pre-quantized input.
+    xq: Aligned<u8>,
+    /// `(scale, zero point)` of `xq`.
+    tensor_q: (f32, i32),
 }
 
 impl Data {
@@ -83,6 +87,13 @@ impl Data {
         let w8 = (0..n * k).map(|_| (unit() * 127.0) as i8).collect();
         let scales = (0..n).map(|_| (unit().abs() + 0.01) / 128.0).collect();
         let bias = (0..n).map(|_| unit()).collect();
+        let tensor_q = onednn::tensor_params(&x[..m * k]);
+        let q: Vec<u8> = x[..m * k]
+            .iter()
+            .map(|&v| {
+                ((v / tensor_q.0).round_ties_even() + tensor_q.1 as f32).clamp(0.0, 255.0) as u8
+            })
+            .collect();
         Data {
             m,
             k,
@@ -93,6 +104,8 @@ impl Data {
             w8,
             scales,
             bias,
+            xq: Aligned::copied(&q),
+            tensor_q,
         }
     }
 
@@ -103,6 +116,42 @@ impl Data {
         } else {
             (0..8).map(|i| i * (self.m - 1) / 7).collect()
         }
+    }
+
+    /// oneDNN's u8s8 on `xq`: `(row, value, tolerance)` per checked output. The i32 sums
+    /// are exact; with `requantized`, the input was quantized in the run by oneDNN's
+    /// reorder, whose rounding may differ from ours by one step per value.
+    fn reference_u8s8(&self, requantized: bool) -> Vec<(usize, Vec<(f64, f64)>)> {
+        let eps = f32::EPSILON as f64;
+        let (k, n) = (self.k, self.n);
+        let (sx, zp) = (self.tensor_q.0 as f64, self.tensor_q.1 as i64);
+        self.rows()
+            .into_iter()
+            .map(|r| {
+                let q = &self.xq[r * k..(r + 1) * k];
+                let vals = (0..n)
+                    .map(|j| {
+                        let w = &self.w8[j * k..(j + 1) * k];
+                        let s: i64 = q
+                            .iter()
+                            .zip(w)
+                            .map(|(&a, &b)| (a as i64 - zp) * b as i64)
+                            .sum();
+                        let abs_w: i64 = w.iter().map(|&b| (b as i64).abs()).sum();
+                        let ws = self.scales[j] as f64;
+                        let b = self.bias[j] as f64;
+                        let v = s as f64 * sx * ws;
+                        let step = if requantized {
+                            sx * ws * abs_w as f64
+                        } else {
+                            0.0
+                        };
+                        (v + b, 4.0 * eps * (v.abs() + b.abs()) + step)
+                    })
+                    .collect();
+                (r, vals)
+            })
+            .collect()
     }
 
     /// `(row, value, tolerance)` per checked output, the rules of the kernels' tests.
@@ -167,6 +216,13 @@ enum Lib {
     XnnpackSubgraph,
     /// keepalloc's f32 operator on the dequantized weights (f32_qc8w's batch-1 baseline).
     KeepallocF32,
+    /// oneDNN's matmul: bf16 × bf16 → f32 (bf16_f32 only).
+    OneDnn,
+    /// qd8 only: oneDNN's u8s8 matmul on an input quantized beforehand (per tensor).
+    OneDnnU8s8,
+    /// qd8 only: the f32 input quantized in the run (min/max, oneDNN's reorder to u8),
+    /// then oneDNN's u8s8 matmul: the comparison with keepalloc's qd8, which quantizes too.
+    OneDnnQuant,
 }
 
 impl Lib {
@@ -176,21 +232,25 @@ impl Lib {
             Lib::Xnnpack => "XNNPACK-cur",
             Lib::XnnpackSubgraph => "XNN-subgraph",
             Lib::KeepallocF32 => "keepalloc-f32",
+            Lib::OneDnn => "oneDNN",
+            Lib::OneDnnU8s8 => "oneDNN-u8s8",
+            Lib::OneDnnQuant => "oneDNN+quant",
         }
     }
 }
 
 type Runner<'a> = Box<dyn FnMut(&mut [f32]) + 'a>;
 
-static SYSTEM: System = System;
-static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+use crate::peers::TABLE;
 
 fn runner<'a>(
     kind: Kind,
     lib: Lib,
     d: &'a Data,
     xnn: Option<&'static Xnn>,
+    pool: Option<&'a ThreadPool>,
 ) -> Result<Runner<'a>, String> {
+    let threads = pool.map_or(1, |p| p.threads());
     let (m, k, n) = (d.m, d.k, d.n);
     let g = Geometry { k, n, m };
     let e = |e: keepalloc_kernels::KernelError| e.to_string();
@@ -201,9 +261,12 @@ fn runner<'a>(
                 &FullyConnectedBf16F32Desc::new(k, n, &d.wb).with_bias(&d.bias),
             )
             .map_err(e)?;
-            Ok(Box::new(move |out| {
-                op.run(m, &d.xb, out).expect("keepalloc bf16 run")
-            }))
+            Ok(match pool {
+                Some(p) => {
+                    Box::new(move |out| op.run_in(p, m, &d.xb, out).expect("keepalloc bf16 run_in"))
+                }
+                None => Box::new(move |out| op.run(m, &d.xb, out).expect("keepalloc bf16 run")),
+            })
         }
         (Lib::Keepalloc, Kind::Qd8F32Qc8w) => {
             let op = FullyConnectedQd8F32Qc8w::create_with_table(
@@ -212,9 +275,15 @@ fn runner<'a>(
             )
             .map_err(e)?;
             let mut ws = vec![0u8; op.workspace_size(m).map_err(e)?];
-            Ok(Box::new(move |out| {
-                op.run(m, &d.x, out, &mut ws).expect("keepalloc qd8 run")
-            }))
+            Ok(match pool {
+                Some(p) => Box::new(move |out| {
+                    op.run_in(p, m, &d.x, out, &mut ws)
+                        .expect("keepalloc qd8 run_in")
+                }),
+                None => {
+                    Box::new(move |out| op.run(m, &d.x, out, &mut ws).expect("keepalloc qd8 run"))
+                }
+            })
         }
         (Lib::Keepalloc, Kind::F32Qc8w) => {
             let op = FullyConnectedF32Qc8w::create_with_table(
@@ -222,9 +291,13 @@ fn runner<'a>(
                 &FullyConnectedF32Qc8wDesc::new(k, n, &d.w8, &d.scales).with_bias(&d.bias),
             )
             .map_err(e)?;
-            Ok(Box::new(move |out| {
-                op.run(m, &d.x, out).expect("keepalloc f32_qc8w run")
-            }))
+            Ok(match pool {
+                Some(p) => Box::new(move |out| {
+                    op.run_in(p, m, &d.x, out)
+                        .expect("keepalloc f32_qc8w run_in")
+                }),
+                None => Box::new(move |out| op.run(m, &d.x, out).expect("keepalloc f32_qc8w run")),
+            })
         }
         (Lib::KeepallocF32, _) => {
             // The same layer in f32: W' = ws·W, b' = ws·b.
@@ -239,6 +312,48 @@ fn runner<'a>(
             .map_err(e)?;
             Ok(Box::new(move |out| {
                 op.run(m, &d.x, out).expect("keepalloc f32 run")
+            }))
+        }
+        (Lib::OneDnn, _) => {
+            let dnnl = OneDnn::get()?;
+            let mut mm = Matmul::new(dnnl, (m, k, n), Weights::Bf16(&d.wb), &d.bias, threads)?;
+            onednn::record(
+                &format!("bf16_f32 {threads}t"),
+                (m, k, n),
+                &mm.implementation,
+            );
+            Ok(Box::new(move |out| {
+                // SAFETY: xb holds m × k bf16 values, out m × n floats, borrowed for the call.
+                unsafe { mm.run(d.xb.as_ptr().cast(), out.as_mut_ptr(), 1.0, 0) }
+                    .expect("oneDNN bf16 run")
+            }))
+        }
+        (Lib::OneDnnU8s8 | Lib::OneDnnQuant, _) => {
+            let dnnl = OneDnn::get()?;
+            let w = Weights::S8(&d.w8, &d.scales);
+            let mut mm = Matmul::new(dnnl, (m, k, n), w, &d.bias, threads)?;
+            onednn::record(
+                &format!("u8s8_f32 {threads}t"),
+                (m, k, n),
+                &mm.implementation,
+            );
+            if lib == Lib::OneDnnU8s8 {
+                let (scale, zero) = d.tensor_q;
+                return Ok(Box::new(move |out| {
+                    // SAFETY: xq holds m × k bytes, out m × n floats, borrowed for the call.
+                    unsafe { mm.run(d.xq.as_ptr().cast(), out.as_mut_ptr(), scale, zero) }
+                        .expect("oneDNN u8s8 run")
+                }));
+            }
+            let mut quantizer = Quantizer::new(dnnl, &d.x[..m * k], (m, k), threads)?;
+            let mut q = Aligned::<u8>::filled(m * k, 0);
+            Ok(Box::new(move |out| {
+                let (scale, zero) = quantizer
+                    .run(&d.x[..m * k], &mut q)
+                    .expect("oneDNN reorder");
+                // SAFETY: q holds m × k bytes, out m × n floats, borrowed for the call.
+                unsafe { mm.run(q.as_ptr().cast(), out.as_mut_ptr(), scale, zero) }
+                    .expect("oneDNN u8s8 run")
             }))
         }
         (Lib::XnnpackSubgraph, _) => {
@@ -278,9 +393,9 @@ fn runner<'a>(
 struct Row {
     shape: (usize, usize, usize),
     cells: Vec<(Lib, Result<Measured, String>, bool)>,
-    /// Batch 1: the GOPS at which reading the weights once at this core's measured read
-    /// bandwidth for a buffer of their size takes the whole run (each weight is read once
-    /// per run, so no kernel beats it by much).
+    /// Batch 1, or weights larger than L2: the GOPS at which reading the weights once at
+    /// this core's measured read bandwidth for a buffer of their size takes the whole run
+    /// (each weight is read at least once per run, so no kernel beats it by much).
     roof: Option<f64>,
 }
 
@@ -298,8 +413,67 @@ impl Row {
     }
 }
 
+/// The larger of two optional peaks.
+fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The instruction set keepalloc's operator of `kind` picks on this CPU (the choice does
+/// not depend on the shape): read from a small operator.
+fn keepalloc_isa(kind: Kind) -> Option<keepalloc_kernels::DotIsa> {
+    let (k, n) = (16, 16);
+    let (wb, w8, scales) = (vec![0u16; k * n], vec![0i8; k * n], vec![1.0f32; n]);
+    match kind {
+        Kind::Bf16F32 => FullyConnectedBf16F32::create_with_table(
+            &TABLE,
+            &FullyConnectedBf16F32Desc::new(k, n, &wb),
+        )
+        .ok()
+        .map(|op| op.isa()),
+        Kind::Qd8F32Qc8w => FullyConnectedQd8F32Qc8w::create_with_table(
+            &TABLE,
+            &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w8, &scales),
+        )
+        .ok()
+        .map(|op| op.isa()),
+        Kind::F32Qc8w => FullyConnectedF32Qc8w::create_with_table(
+            &TABLE,
+            &FullyConnectedF32Qc8wDesc::new(k, n, &w8, &scales),
+        )
+        .ok()
+        .map(|op| op.isa()),
+    }
+}
+
 /// Runs `kinds` over `shapes`; returns false when an output was wrong.
-pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -> bool {
+///
+/// With `threads` > 1, keepalloc runs on a `ThreadPool` of that many threads (`run_in`) and
+/// oneDNN on as many OpenMP threads; XNNPACK's low-precision operators run on one thread
+/// here, so they and the f32 baseline are left out.
+pub fn run(
+    kinds: &[Kind],
+    shapes: &[(usize, usize, usize)],
+    budget: Duration,
+    threads: usize,
+) -> (bool, serde_json::Value) {
+    let pool = if threads > 1 {
+        if let Err(e) = keepalloc_kernels::initialize(&TABLE) {
+            eprintln!("keepalloc initialize: {e}");
+            return (false, serde_json::Value::Null);
+        }
+        match ThreadPool::new(threads) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("ThreadPool::new({threads}): {e}");
+                return (false, serde_json::Value::Null);
+            }
+        }
+    } else {
+        None
+    };
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let xnn = match xnn_current::find_library(&workspace) {
         Some(path) => match Xnn::load(&path) {
@@ -322,25 +496,46 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
     );
     let mut bf16_peak = probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0);
     let mut vnni_peak = probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0);
+    let mut amx_bf16_peak = probe::dot_peak(DotPeak::AmxBf16);
+    let mut amx_int8_peak = probe::dot_peak(DotPeak::AmxInt8);
+    let l2 = probe::l2_bytes();
+    match l2 {
+        Some(b) => println!(
+            "L2 per core: {} KiB (the memory roof is shown for weights larger)",
+            b >> 10
+        ),
+        None => println!("L2 per core: unknown (the memory roof is shown for batch 1 only)"),
+    }
     let mut fma_peak = probe::fma_peak();
     let mut all_ok = true;
     let mut tables = String::new();
+    let mut json_ops = Vec::new();
     for &kind in kinds {
         let mut rows = Vec::new();
         for &(m, k, n) in shapes {
             let d = Data::new(m, k, n);
-            let mut libs = vec![Lib::Keepalloc, Lib::Xnnpack];
-            if kind == Kind::F32Qc8w && m == 1 {
+            let one = threads == 1;
+            let mut libs = vec![Lib::Keepalloc];
+            if one {
+                libs.push(Lib::Xnnpack);
+            }
+            if kind == Kind::F32Qc8w && m == 1 && one {
                 libs.push(Lib::KeepallocF32);
             }
             if kind == Kind::Qd8F32Qc8w {
-                libs.push(Lib::XnnpackSubgraph);
+                if one {
+                    libs.push(Lib::XnnpackSubgraph);
+                }
+                libs.extend([Lib::OneDnnQuant, Lib::OneDnnU8s8]);
+            }
+            if kind == Kind::Bf16F32 {
+                libs.push(Lib::OneDnn);
             }
             let flops = 2.0 * (m * k * n) as f64;
             let mut out = Aligned::filled(m * n, f32::NAN);
             let mut runners: Vec<(Lib, Result<Runner<'_>, String>)> = libs
                 .iter()
-                .map(|&lib| (lib, runner(kind, lib, &d, xnn)))
+                .map(|&lib| (lib, runner(kind, lib, &d, xnn, pool.as_ref())))
                 .collect();
             let medians = crate::timing::median_gflops(
                 &mut runners,
@@ -351,6 +546,8 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 |_| None,
             );
             let reference = d.reference(kind);
+            let mut u8s8_reference = None;
+            let mut requantized_reference = None;
             let mut cells = Vec::new();
             for ((lib, r), median) in runners.iter_mut().zip(medians) {
                 let cell = match (r, median) {
@@ -359,6 +556,15 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                         run(&mut out);
                         // The f32 baseline rounds its products differently: twice the rule.
                         let factor = if *lib == Lib::KeepallocF32 { 2.0 } else { 1.0 };
+                        let reference = match lib {
+                            Lib::OneDnnU8s8 => {
+                                u8s8_reference.get_or_insert_with(|| d.reference_u8s8(false))
+                            }
+                            Lib::OneDnnQuant => {
+                                requantized_reference.get_or_insert_with(|| d.reference_u8s8(true))
+                            }
+                            _ => &reference,
+                        };
                         let ok = reference.iter().all(|(r, vals)| {
                             vals.iter().enumerate().all(|(j, &(want, tol))| {
                                 (out[r * n + j] as f64 - want).abs() <= factor * tol + 1e-30
@@ -378,10 +584,12 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
             drop(runners);
             match kind {
                 Kind::Bf16F32 => {
-                    bf16_peak = bf16_peak.max(probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0))
+                    bf16_peak = bf16_peak.max(probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0));
+                    amx_bf16_peak = max_of(amx_bf16_peak, probe::dot_peak(DotPeak::AmxBf16));
                 }
                 Kind::Qd8F32Qc8w => {
-                    vnni_peak = vnni_peak.max(probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0))
+                    vnni_peak = vnni_peak.max(probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0));
+                    amx_int8_peak = max_of(amx_int8_peak, probe::dot_peak(DotPeak::AmxInt8));
                 }
                 Kind::F32Qc8w => fma_peak = fma_peak.max(probe::fma_peak()),
             }
@@ -391,7 +599,8 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 Kind::Bf16F32 => 2 * k * n,
                 Kind::Qd8F32Qc8w | Kind::F32Qc8w => k * n,
             };
-            let roof = (m == 1).then(|| {
+            let streamed = l2.map_or(m == 1, |l2| m == 1 || weight_bytes > l2);
+            let roof = streamed.then(|| {
                 let gbs = probe::read_bandwidth(weight_bytes);
                 flops / (weight_bytes as f64 / gbs)
             });
@@ -401,16 +610,56 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 roof,
             });
         }
-        let (peak_name, peak) = match kind {
+        let (mut peak_name, mut peak) = match kind {
             Kind::Bf16F32 => ("vdpbf16ps", bf16_peak),
             Kind::Qd8F32Qc8w => ("vpdpbusd", vnni_peak),
             Kind::F32Qc8w => ("FMA", fma_peak),
         };
+        let isa = keepalloc_isa(kind);
+        let amx_peak = match kind {
+            Kind::Bf16F32 => amx_bf16_peak,
+            Kind::Qd8F32Qc8w => amx_int8_peak,
+            Kind::F32Qc8w => None,
+        };
+        let mut peaks = format!("{peak_name} peak probe {peak:.1} GOPS");
+        if let Some(amx) = amx_peak {
+            let name = if kind == Kind::Bf16F32 {
+                "tdpbf16ps"
+            } else {
+                "tdpbusd"
+            };
+            let _ = write!(peaks, ", {name} (AMX) peak probe {amx:.1} GOPS");
+            if isa == Some(keepalloc_kernels::DotIsa::Amx) {
+                (peak_name, peak) = (name, amx);
+            }
+        }
+        let on = if threads == 1 {
+            "single thread".to_string()
+        } else {
+            format!("{threads} threads (% peak: of {threads} × the one-core probe)")
+        };
         let _ = writeln!(
             tables,
-            "\n{}: GOPS (2·M·K·N / median time), single thread; {peak_name} peak probe (best of the run): {peak:.1} GOPS",
-            kind.name()
+            "\n{}: GOPS (2·M·K·N / median time), {on}; keepalloc's ISA {}; {peaks} \
+             (one core, best of the run); % peak is of {peak_name}; roof: one core's read \
+             bandwidth of the weights",
+            kind.name(),
+            isa.map_or("?".into(), |i| i.to_string()),
         );
+        let peak_all = peak * threads as f64;
+        json_ops.push(serde_json::json!({
+            "op": kind.name(),
+            "threads": threads,
+            "keepalloc_isa": isa.map(|i| i.to_string()),
+            "peak_probe": {"instruction": peak_name, "gops_one_core": peak},
+            "dot_peak_probe_gops": match kind {
+                Kind::Bf16F32 => bf16_peak,
+                Kind::Qd8F32Qc8w => vnni_peak,
+                Kind::F32Qc8w => fma_peak,
+            },
+            "amx_peak_probe_gops": amx_peak,
+            "rows": rows.iter().map(|row| row_json(row, peak_all)).collect::<Vec<_>>(),
+        }));
         let mut h = format!(
             "{:<18}{:>12}{:>13}{:>10}{:>9}",
             "shape (MxKxN)", "keepalloc", "XNNPACK-cur", "vs XNN", "% peak"
@@ -420,8 +669,13 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         }
         if kind == Kind::Qd8F32Qc8w {
             let _ = write!(h, "{:>14}{:>13}", "XNN-subgraph", "vs best XNN");
+            let _ = write!(h, "{:>14}{:>10}", "oneDNN+quant", "vs it");
+            let _ = write!(h, "{:>13}{:>10}", "oneDNN-u8s8", "vs it");
         }
-        let _ = write!(h, "{:>16}", "b=1 roof GOPS");
+        if kind == Kind::Bf16F32 {
+            let _ = write!(h, "{:>10}{:>11}", "oneDNN", "vs oneDNN");
+        }
+        let _ = write!(h, "{:>11}", "roof GOPS");
         let _ = writeln!(tables, "{h}");
         for row in &rows {
             let (m, k, n) = row.shape;
@@ -442,7 +696,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 cell(Lib::Keepalloc),
                 cell(Lib::Xnnpack),
                 ratio(row.ratio_to(Lib::Xnnpack)),
-                ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak)),
+                ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak_all)),
             );
             if kind == Kind::Qd8F32Qc8w {
                 // The faster XNNPACK path by median, paired by round.
@@ -457,6 +711,22 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                     cell(Lib::XnnpackSubgraph),
                     ratio(row.ratio_to(best))
                 );
+                let _ = write!(
+                    line,
+                    "{:>14}{:>10}{:>13}{:>10}",
+                    cell(Lib::OneDnnQuant),
+                    ratio(row.ratio_to(Lib::OneDnnQuant)),
+                    cell(Lib::OneDnnU8s8),
+                    ratio(row.ratio_to(Lib::OneDnnU8s8))
+                );
+            }
+            if kind == Kind::Bf16F32 {
+                let _ = write!(
+                    line,
+                    "{:>10}{:>11}",
+                    cell(Lib::OneDnn),
+                    ratio(row.ratio_to(Lib::OneDnn))
+                );
             }
             if kind == Kind::F32Qc8w {
                 let _ = write!(
@@ -467,7 +737,7 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
                 );
             }
             if let Some(roof) = row.roof {
-                let _ = write!(line, "{:>16}", format!("{roof:.1}"));
+                let _ = write!(line, "{:>11}", format!("{roof:.1}"));
             }
             let _ = writeln!(tables, "{line}");
         }
@@ -479,9 +749,47 @@ pub fn run(kinds: &[Kind], shapes: &[(usize, usize, usize)], budget: Duration) -
         }
     }
     print!("{tables}");
+    for line in onednn::chosen_lines() {
+        println!("oneDNN chose {line}");
+    }
+    println!(
+        "(oneDNN's int8 quantizes per tensor, keepalloc's and XNNPACK's qd8 per row; \
+         oneDNN+quant times the input's quantization, by the faster of oneDNN's reorder and \
+         an AVX-512 pass, before its u8s8 matmul)"
+    );
     println!("({})", crate::output::ratio_method());
     if all_ok {
         println!("all outputs match their f64 references");
     }
-    all_ok
+    let json = serde_json::json!({
+        "threads": threads,
+        "ops": json_ops,
+        "onednn": {
+            "version": OneDnn::get().ok().map(|d| d.version.clone()),
+            "implementations": onednn::chosen_json(),
+        },
+    });
+    (all_ok, json)
+}
+
+/// One row as JSON: every library's figure and correctness, keepalloc's paired ratio to
+/// each, its share of `peak`, the roof.
+fn row_json(row: &Row, peak: f64) -> serde_json::Value {
+    use crate::output::{paired_json, result_json};
+    let (m, k, n) = row.shape;
+    let mut libs = serde_json::Map::new();
+    let mut ratios = serde_json::Map::new();
+    for (lib, r, ok) in &row.cells {
+        libs.insert(lib.name().into(), result_json(r, *ok));
+        if *lib != Lib::Keepalloc {
+            ratios.insert(lib.name().into(), paired_json(row.ratio_to(*lib)));
+        }
+    }
+    serde_json::json!({
+        "shape": [m, k, n],
+        "gops": libs,
+        "keepalloc_over": ratios,
+        "keepalloc_share_of_peak": row.of(Lib::Keepalloc).map(|g| g.median / peak),
+        "roof_gops": row.roof,
+    })
 }

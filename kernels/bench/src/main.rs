@@ -8,13 +8,19 @@
 //! batch 1, the read bandwidth of a weights-sized buffer (the memory roof: 2 flops per
 //! 4-byte weight, so GFLOPS ≤ GB/s ÷ 2).
 //!
-//! Options: `--json PATH`, `--svg PATH` (default `target/bench/fully_connected.svg`),
-//! `--quick` (shorter timing), `--libs a,b` and `--shapes MxKxN,...` to narrow the run.
+//! oneDNN (the pinned `onednn-cpu-gomp` wheel, `onednn.rs`) is a peer of every operator:
+//! f32, bf16, and int8 both on a pre-quantized input and quantizing in the run.
+//!
+//! Options: `--op` (f32, bf16_f32, qd8_f32_qc8w, f32_qc8w, all), `--threads T`, `--json
+//! PATH` (every operator run, the low-precision ones under `low_precision`), `--svg PATH`
+//! (default `target/bench/fully_connected.svg`), `--quick` (shorter timing), `--libs a,b`
+//! and `--shapes MxKxN,...` to narrow the run.
 
 mod chart;
 mod cli;
 mod f32_run;
 mod lowp;
+mod onednn;
 mod output;
 mod peers;
 mod probe;
@@ -26,7 +32,6 @@ mod verify;
 mod xnn_current;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use cli::{Cli, Options, SHAPES};
@@ -81,15 +86,19 @@ fn main() -> ExitCode {
             .map(|t| format!(", idle threads spin 2^{t} cycles"))
             .unwrap_or_default()
     );
-    if let Some(t) = cli.threads {
-        let budget = Duration::from_millis(if cli.quick { 120 } else { 400 });
-        let shapes = cli.shapes.clone().unwrap_or_else(|| SHAPES.to_vec());
-        return threads::run(t.into(), &shapes, budget, cli.json.as_deref());
-    }
+    let threads = cli.threads.map_or(1, usize::from);
     let o = Options::from(cli);
     let mut code = ExitCode::SUCCESS;
+    let mut json = serde_json::Value::Object(Default::default());
     if o.f32 {
-        code = run_f32(&o);
+        let (c, j) = if threads > 1 {
+            let shapes = o.shapes_given.clone().unwrap_or_else(|| SHAPES.to_vec());
+            threads::run(threads, &shapes, o.budget)
+        } else {
+            run_f32(&o)
+        };
+        code = c;
+        json = j;
     }
     if !o.lowp.is_empty() {
         let shapes = o.shapes_given.clone().unwrap_or_else(|| {
@@ -97,9 +106,25 @@ fn main() -> ExitCode {
             s.push((128, 4096, 4096));
             s
         });
-        if !lowp::run(&o.lowp, &shapes, o.budget) {
+        let (ok, j) = lowp::run(&o.lowp, &shapes, o.budget, threads);
+        if !ok {
             eprintln!("WRONG RESULTS in the low-precision operators");
             code = ExitCode::FAILURE;
+        }
+        if let serde_json::Value::Object(map) = &mut json {
+            map.insert("low_precision".into(), j);
+        }
+    }
+    if let Some(path) = &o.json {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(path, output::to_pretty(&json)) {
+            Ok(()) => println!("JSON: {path}"),
+            Err(e) => {
+                eprintln!("could not write {path}: {e}");
+                code = ExitCode::FAILURE;
+            }
         }
     }
     code

@@ -128,16 +128,19 @@ pub enum Lib {
     OpenBlas,
     MatrixMultiply,
     Gemm,
+    /// oneDNN v3.2's matmul, weights reordered once into its layout (`onednn`).
+    OneDnn,
 }
 
 impl Lib {
-    pub const ALL: [Lib; 6] = [
+    pub const ALL: [Lib; 7] = [
         Lib::Keepalloc,
         Lib::Xnnpack,
         Lib::XnnpackCurrent,
         Lib::OpenBlas,
         Lib::MatrixMultiply,
         Lib::Gemm,
+        Lib::OneDnn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -148,12 +151,16 @@ impl Lib {
             Lib::OpenBlas => "OpenBLAS",
             Lib::MatrixMultiply => "matrixmultiply",
             Lib::Gemm => "gemm",
+            Lib::OneDnn => "oneDNN",
         }
     }
 
     /// Whether its output includes the bias (the FC operators do; the GEMMs compute x·W).
     pub fn adds_bias(self) -> bool {
-        matches!(self, Lib::Keepalloc | Lib::Xnnpack | Lib::XnnpackCurrent)
+        matches!(
+            self,
+            Lib::Keepalloc | Lib::Xnnpack | Lib::XnnpackCurrent | Lib::OneDnn
+        )
     }
 }
 
@@ -161,7 +168,8 @@ impl Lib {
 pub type Runner<'a> = Box<dyn FnMut(&mut [f32]) + 'a>;
 
 static SYSTEM: System = System;
-static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+/// The one table of the bench: keepalloc-kernels captures a single table per process.
+pub(crate) static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
 
 /// Builds `lib`'s runner for `d`, or says why it is skipped.
 pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
@@ -190,6 +198,7 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
             }))
         }
         Lib::OpenBlas => openblas::runner(d, 1),
+        Lib::OneDnn => crate::onednn::f32_runner(d, 1),
         Lib::MatrixMultiply => Ok(Box::new(move |out| {
             // SAFETY: x is m × k (row stride k), wt is k × n (row stride n), out is m × n.
             unsafe {

@@ -321,6 +321,28 @@ fn sum(data: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
+/// This core's L2 size in bytes, from sysfs (`None` when it cannot be read).
+pub fn l2_bytes() -> Option<usize> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    (0..8).find_map(|i| {
+        let index = dir.join(format!("index{i}"));
+        let level = std::fs::read_to_string(index.join("level")).ok()?;
+        let kind = std::fs::read_to_string(index.join("type")).ok()?;
+        if level.trim() != "2" || kind.trim() == "Instruction" {
+            return None;
+        }
+        let size = std::fs::read_to_string(index.join("size")).ok()?;
+        let size = size.trim();
+        let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+        let scale = match unit {
+            "K" => 1 << 10,
+            "M" => 1 << 20,
+            _ => return None,
+        };
+        Some(digits.parse::<usize>().ok()? * scale)
+    })
+}
+
 /// Streaming read bandwidth (GB/s, median) of a buffer of `bytes` bytes read repeatedly, as
 /// a batch-1 run reads its weights: small buffers measure the cache they fit in, large ones
 /// DRAM.
@@ -356,11 +378,19 @@ pub fn dot_peak(which: DotPeak) -> Option<f64> {
             && match which {
                 DotPeak::Bf16 => has!("avx512bf16"),
                 DotPeak::Vnni => has!("avx512vnni"),
+                // Also asks Linux for this process's tile state, once.
+                DotPeak::AmxBf16 | DotPeak::AmxInt8 => {
+                    keepalloc_kernels::DotIsa::Amx.is_supported()
+                }
             };
         if !ok {
             return None;
         }
-        let iters = 5_000_000u64;
+        let iters = match which {
+            DotPeak::Bf16 | DotPeak::Vnni => 5_000_000u64,
+            // About 16 cycles per tile multiply: a similar few milliseconds.
+            DotPeak::AmxBf16 | DotPeak::AmxInt8 => 200_000,
+        };
         Some(
             (0..5)
                 .map(|_| {
@@ -370,6 +400,8 @@ pub fn dot_peak(which: DotPeak) -> Option<f64> {
                         match which {
                             DotPeak::Bf16 => x86_dot::dpbf16_avx512(iters),
                             DotPeak::Vnni => x86_dot::dpbusd_avx512(iters),
+                            DotPeak::AmxBf16 => x86_amx::tiles(iters, false),
+                            DotPeak::AmxInt8 => x86_amx::tiles(iters, true),
                         }
                     };
                     ops / start.elapsed().as_secs_f64() / 1e9
@@ -391,6 +423,97 @@ pub enum DotPeak {
     Bf16,
     /// AVX512-VNNI `vpdpbusd`.
     Vnni,
+    /// AMX-BF16 `tdpbf16ps` (16 × 16 × 32 multiply-adds per instruction).
+    AmxBf16,
+    /// AMX-INT8 `tdpbusd` (16 × 16 × 64 multiply-adds per instruction).
+    AmxInt8,
+}
+
+/// The AMX peak: tile multiplies on tiles held in registers, as the FMA probe measures
+/// FMAs (no loads in the loop), so a kernel's "% of AMX peak" is against the matrix unit
+/// alone.
+#[cfg(target_arch = "x86_64")]
+mod x86_amx {
+    use core::arch::asm;
+
+    /// Palette 1, tiles 0..8 each 16 rows of 64 bytes.
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    /// Four independent accumulators (tmm0-3) over two A (tmm4, 5) and two B (tmm6, 7)
+    /// tiles, `iters` rounds of four tile multiplies; returns the operations done
+    /// (2 per multiply-add).
+    ///
+    /// # Safety
+    /// `DotIsa::Amx.is_supported()` returned true (AMX-TILE, -INT8 and -BF16, the OS's
+    /// state and this process's permission).
+    pub unsafe fn tiles(iters: u64, int8: bool) -> f64 {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for t in 0..8 {
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+        }
+        let cfg = Config(c);
+        // Small values (bf16 1.0 and 2^-8; int8 1 and 2): no overflow or denormal on any path.
+        let data: Vec<u32> = (0..16 * 16 * 4)
+            .map(|i| match (int8, i % 2) {
+                (true, _) => 0x0102_0101,
+                (false, 0) => 0x3f80_3f80,
+                (false, _) => 0x3b80_3b80,
+            })
+            .collect();
+        let src = data.as_ptr();
+        let n = iters.max(1);
+        // SAFETY: AMX is usable (caller); the configuration is valid; each tile load
+        // reads 16 rows of 64 bytes at a 64-byte stride inside `data` (4 KiB); the tile
+        // state is released before returning.
+        unsafe {
+            asm!(
+                "ldtilecfg [{cfg}]",
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tileloadd tmm4, [{src} + {stride} * 1]",
+                "tileloadd tmm5, [{src} + {stride} * 1 + 1024]",
+                "tileloadd tmm6, [{src} + {stride} * 1 + 2048]",
+                "tileloadd tmm7, [{src} + {stride} * 1 + 3072]",
+                "test {int8}, {int8}",
+                "jz 3f",
+                "2:",
+                "tdpbusd tmm0, tmm4, tmm6",
+                "tdpbusd tmm1, tmm4, tmm7",
+                "tdpbusd tmm2, tmm5, tmm6",
+                "tdpbusd tmm3, tmm5, tmm7",
+                "dec {n}",
+                "jnz 2b",
+                "jmp 4f",
+                "3:",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "dec {n}",
+                "jnz 3b",
+                "4:",
+                "tilerelease",
+                cfg = in(reg) &cfg,
+                src = in(reg) src,
+                stride = in(reg) 64usize,
+                int8 = in(reg) int8 as u64,
+                n = inout(reg) n => _,
+                options(nostack),
+            );
+        }
+        // Per tile multiply: 16 × 16 outputs × (64 int8 | 32 bf16) products × 2.
+        let per = if int8 {
+            16 * 16 * 64 * 2
+        } else {
+            16 * 16 * 32 * 2
+        };
+        (n * 4 * per) as f64
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

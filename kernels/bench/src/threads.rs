@@ -22,7 +22,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
 
 use crate::peers::{Aligned, Data, Runner};
@@ -39,6 +38,8 @@ pub enum Peer {
     Xnnpack,
     XnnpackCurrent,
     OpenBlas,
+    /// oneDNN's f32 matmul on T OpenMP threads.
+    OneDnn,
 }
 
 impl Peer {
@@ -53,6 +54,7 @@ impl Peer {
                 Peer::Xnnpack,
                 Peer::XnnpackCurrent,
                 Peer::OpenBlas,
+                Peer::OneDnn,
             ])
             .collect()
     }
@@ -65,6 +67,7 @@ impl Peer {
             Peer::Xnnpack => "XNNPACK".into(),
             Peer::XnnpackCurrent => "XNNPACK-2026".into(),
             Peer::OpenBlas => "OpenBLAS".into(),
+            Peer::OneDnn => "oneDNN".into(),
         }
     }
 
@@ -81,8 +84,7 @@ impl Peer {
     }
 }
 
-static SYSTEM: System = System;
-static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+use crate::peers::TABLE;
 
 /// The pools every shape shares (created once, as a runtime would).
 struct Pools {
@@ -134,6 +136,7 @@ fn runner<'a>(
             current.runner(d)
         }
         Peer::OpenBlas => openblas_runner(d, threads),
+        Peer::OneDnn => crate::onednn::f32_runner(d, threads),
     }
 }
 
@@ -201,17 +204,16 @@ pub fn run(
     threads: usize,
     shapes: &[(usize, usize, usize)],
     budget: Duration,
-    json: Option<&str>,
-) -> ExitCode {
+) -> (ExitCode, serde_json::Value) {
     if let Err(e) = keepalloc_kernels::initialize(&TABLE) {
         eprintln!("keepalloc initialize: {e}");
-        return ExitCode::FAILURE;
+        return (ExitCode::FAILURE, serde_json::Value::Null);
     }
     let keepalloc = match ThreadPool::new(threads) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ThreadPool::new({threads}): {e}");
-            return ExitCode::FAILURE;
+            return (ExitCode::FAILURE, serde_json::Value::Null);
         }
     };
     let pools = Pools {
@@ -332,22 +334,13 @@ pub fn run(
     if let Ok(c) = &pools.current {
         println!("XNNPACK-2026: {}", c.xnn.path.display());
     }
-    if let Some(path) = json {
-        if let Some(dir) = Path::new(path).parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Err(e) = std::fs::write(path, to_json(&rows, threads, &isa, &probe, &cpus)) {
-            eprintln!("could not write {path}: {e}");
-            return ExitCode::FAILURE;
-        }
-        println!("JSON: {path}");
-    }
+    let json = to_json(&rows, threads, &isa, &probe, &cpus);
     if wrong.is_empty() {
         println!("all outputs match the f64 reference");
-        ExitCode::SUCCESS
+        (ExitCode::SUCCESS, json)
     } else {
         eprintln!("WRONG RESULTS: {}", wrong.join(", "));
-        ExitCode::FAILURE
+        (ExitCode::FAILURE, json)
     }
 }
 
@@ -365,6 +358,7 @@ fn ratios(row: &Row) -> Vec<(&'static str, Option<Paired>)> {
         ("vs_XNNPACK", r(Peer::Xnnpack)),
         ("vs_XNNPACK-2026", r(Peer::XnnpackCurrent)),
         ("vs_OpenBLAS", r(Peer::OpenBlas)),
+        ("vs_oneDNN", r(Peer::OneDnn)),
     ]
 }
 
@@ -397,6 +391,9 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
         "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
         crate::output::ratio_method()
     );
+    for line in crate::onednn::chosen_lines() {
+        println!("oneDNN chose {line}");
+    }
     let cells: Vec<(String, String, crate::stats::Paired)> = rows
         .iter()
         .flat_map(|row| {
@@ -414,7 +411,13 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
     }
 }
 
-fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize]) -> String {
+fn to_json(
+    rows: &[Row],
+    threads: usize,
+    isa: &str,
+    probe: &Probe,
+    cpus: &[usize],
+) -> serde_json::Value {
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let shapes: Vec<serde_json::Value> = rows
         .iter()
@@ -444,9 +447,10 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
             })
         })
         .collect();
-    crate::output::to_pretty(&serde_json::json!({
+    serde_json::json!({
         "threads": threads,
         "keepalloc_isa": isa,
+        "onednn_implementations": crate::onednn::chosen_json(),
         "loadavg": loadavg.trim(),
         "fma_peak_gflops_1t": probe.one,
         "fma_peak_gflops_threads": probe.all,
@@ -454,7 +458,7 @@ fn to_json(rows: &[Row], threads: usize, isa: &str, probe: &Probe, cpus: &[usize
         "one_thread_cpus": cpus,
         "ratio_method": crate::output::ratio_method(),
         "shapes": shapes,
-    }))
+    })
 }
 
 /// The FMA probe on one core and on `threads` cores at once, best of the run: what the
@@ -670,6 +674,6 @@ mod tests {
         assert_eq!(peers[1].name(), "keepalloc-1t@cpu3");
         assert_eq!(peers[1].pin(), Some(3));
         assert!(peers[2..].iter().all(|p| p.pin().is_none()));
-        assert_eq!(peers.len(), 7);
+        assert_eq!(peers.len(), 8);
     }
 }

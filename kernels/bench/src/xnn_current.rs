@@ -259,11 +259,24 @@ pub fn current(workspace: &Path) -> Result<&'static Xnn, String> {
     Xnn::load(&path)
 }
 
+/// The dynamic linker's last error message.
+pub(crate) fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated message.
+    unsafe {
+        let e = dlerror();
+        if e.is_null() {
+            "unknown error".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
 /// Looks `name` up as a function of type `F`.
 ///
 /// # Safety
 /// `handle` is a live dlopen handle and `name` has exactly the C signature `F`.
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, String> {
+pub(crate) unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, String> {
     assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
     // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
     let p = unsafe { dlsym(handle, name.as_ptr()) };
@@ -302,16 +315,7 @@ impl Xnn {
         // SAFETY: a NUL-terminated path; loading runs the library's constructors (ExecuTorch's call xnn_initialize(NULL)).
         let handle = unsafe { dlmopen(LM_ID_NEWLM, name.as_ptr(), RTLD_NOW) };
         if handle.is_null() {
-            // SAFETY: dlerror returns NULL or a NUL-terminated message.
-            let why = unsafe {
-                let e = dlerror();
-                if e.is_null() {
-                    "unknown error".into()
-                } else {
-                    CStr::from_ptr(e).to_string_lossy().into_owned()
-                }
-            };
-            return Err(format!("cannot load {}: {why}", path.display()));
+            return Err(format!("cannot load {}: {}", path.display(), dl_error()));
         }
         // A library without the 2026-03 qc2w operators is older than the header these
         // signatures were checked against: refuse it rather than call with a wrong signature.

@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use keepalloc_testkit::runtimes::{self, EXECUTORCH};
+use keepalloc_testkit::runtimes::{self, EXECUTORCH, ONEDNN};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
                 EXECUTORCH.version,
                 rt.executorch_xnnpack.display()
             );
+            println!("onednn {}: {}", ONEDNN.version, rt.onednn.display());
             println!("manifest: {}", runtimes::manifest_path().display());
             ExitCode::SUCCESS
         }
