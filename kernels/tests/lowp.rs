@@ -47,6 +47,26 @@ fn random_shapes_match_their_reference_on_every_isa() {
 }
 
 #[test]
+fn whole_tile_blocks_match_with_and_without_a_clamp_on_every_isa() {
+    // Rows in AMX blocks of 32 and 16 (and leftovers), K a whole number of tile steps or
+    // not, whole and partial panels: with no clamp and K a multiple of 32 the AMX bf16
+    // blocks write C's final values themselves.
+    let mut rng = Rng::new(43);
+    for (m, k, n) in [(32, 64, 32), (48, 96, 50), (80, 100, 64), (64, 128, 130)] {
+        for (min, max) in [(f32::NEG_INFINITY, f32::INFINITY), (-0.25, 0.25)] {
+            let mut case = LCase::random(&mut rng, m, k, n);
+            (case.min, case.max) = (min, max);
+            for kind in Kind::ALL {
+                for isa in kind.isas() {
+                    let what = format!("{} {isa} {m}x{k}x{n} [{min}, {max}]", kind.name());
+                    case.run_and_check(&TABLE, kind, isa, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn tile_edges_match_their_reference_on_every_isa() {
     let mut rng = Rng::new(22);
     let ms = [1, 2, 3, 4, 5, 7, 8, 9, 17];

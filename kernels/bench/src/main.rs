@@ -115,6 +115,12 @@ fn main() -> ExitCode {
             map.insert("low_precision".into(), j);
         }
     }
+    if std::env::var("CI").is_ok_and(|v| v == "true")
+        && let Err(why) = onednn::OneDnn::get()
+    {
+        eprintln!("CI=true: oneDNN is required: {why}");
+        code = ExitCode::FAILURE;
+    }
     if let Some(path) = &o.json {
         if let Some(dir) = std::path::Path::new(path).parent() {
             let _ = std::fs::create_dir_all(dir);

@@ -266,6 +266,8 @@ pub(super) unsafe fn bf16(job: &Job) {
 struct Block32([f32; 32 * 32]);
 
 /// bf16 on AMX: most rows per chunk (a multiple of 32; 128 rows of K = 4096 bf16 are 1 MiB).
+/// 512 helped one shape and hurt another (docs/bench-history.md) and would need a 64 KiB
+/// stack buffer, so 128 stays.
 const AMX_MC: usize = 128;
 
 /// bf16 on AMX: the widened K tails (under 32 values) of a chunk's rows, 32 floats each.
@@ -297,6 +299,7 @@ pub(super) unsafe fn bf16_amx(job: &Job) {
     let pairs = job.k.div_ceil(2);
     let amx_pairs = 16 * groups;
     let tail_vals = job.k - 32 * groups;
+    let unclamped = job.min == f32::NEG_INFINITY && job.max == f32::INFINITY;
     let mut tail = core::mem::MaybeUninit::<Tail>::uninit();
     let tail = tail.as_mut_ptr().cast::<f32>();
     let mut scratch = core::mem::MaybeUninit::<Block32>::uninit();
@@ -350,7 +353,9 @@ pub(super) unsafe fn bf16_amx(job: &Job) {
                             );
                         }
                     }
-                    for (t0, mr) in Tiles::new(height, MR).iter() {
+                    // Nothing left to add or clamp: the tiles wrote C's final values.
+                    let done = pairs == amx_pairs && unclamped;
+                    for (t0, mr) in Tiles::new(height, MR).iter().filter(|_| !done) {
                         let b = Blk {
                             a: tail.add(32 * (m0 + t0)).cast_const().cast(),
                             lda: 32 * size_of::<f32>(),
