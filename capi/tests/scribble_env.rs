@@ -9,7 +9,7 @@
 //! acquire), and use the table through its C function pointers.
 
 use std::ffi::CStr;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use allocator_api2::alloc::AllocError;
 use keepalloc_allocators::DefaultBackend;
@@ -19,6 +19,7 @@ use keepalloc_capi::scribble::{
     keepalloc_scribble_error, wrap,
 };
 use keepalloc_provider::GlobalProvider;
+use keepalloc_testkit::describe;
 
 fn make_backend() -> Result<Backend<DefaultBackend>, AllocError> {
     wrap(keepalloc_allocators::default_backend())
@@ -28,25 +29,16 @@ static PROVIDER: GlobalProvider<Backend<DefaultBackend>> = GlobalProvider::new(m
 
 const CHILD: &str = "KEEPALLOC_CAPI_SCRIBBLE_CHILD";
 
-fn child(name: &str, env: Option<&str>) -> Output {
-    let mut command = Command::new(std::env::current_exe().expect("test binary"));
-    command
-        .args([name, "--exact", "--nocapture", "--include-ignored"])
-        .env(CHILD, "1");
-    match env {
+/// Re-runs the child test `name` in a fresh process with `KEEPALLOC_SCRIBBLE=spec`, or with
+/// the variable removed (the control must not inherit the setting of whoever runs the tests).
+fn child(name: &str, spec: Option<&str>) -> Output {
+    let mut command = keepalloc_testkit::child::command(name);
+    command.env(CHILD, "1");
+    match spec {
         Some(spec) => command.env("KEEPALLOC_SCRIBBLE", spec),
         None => command.env_remove("KEEPALLOC_SCRIBBLE"),
     };
     command.output().expect("spawn the test binary")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// What the first `keepalloc_acquire` does: check the setting, then acquire.

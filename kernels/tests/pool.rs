@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::watchdog::watchdog;
 use common::{Case, Rng, RuntimePool};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
 use keepalloc_kernels::{
     FullyConnected, Isa, KernelError, MAX_POOL_THREADS, Parallel, Sequential, ThreadPool,
     process_pool,
 };
+use keepalloc_testkit::watchdog::watchdog;
 
 static BACKEND: Counting<System> = Counting::new(System);
 static TABLE: AllocatorTable = AllocatorTable::for_allocator(&BACKEND);
@@ -287,6 +287,13 @@ fn bad_thread_counts_and_tables_are_errors() {
         ThreadPool::with_table(holed, 2).unwrap_err(),
         KernelError::InvalidTable
     );
+}
+
+#[test]
+fn a_pool_debugs_as_its_thread_count() {
+    let _bound = watchdog("a_pool_debugs_as_its_thread_count");
+    let pool = ThreadPool::with_table(&TABLE, 3).unwrap();
+    assert_eq!(format!("{pool:?}"), "ThreadPool { threads: 3 }");
 }
 
 #[test]

@@ -9,14 +9,22 @@ use std::process::{Command, Output};
 /// Runs the test `name` of this test binary alone, in a fresh process, ignored or not, with
 /// `env` added to its environment, and returns what it did.
 pub fn rerun<K: AsRef<OsStr>, V: AsRef<OsStr>>(name: &str, env: &[(K, V)]) -> Output {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new(exe);
-    cmd.args([name, "--exact", "--nocapture", "--include-ignored"])
-        .args(["--test-threads", "1"]);
+    let mut cmd = command(name);
     for (k, v) in env {
         cmd.env(k, v);
     }
     cmd.output().expect("spawn the test binary")
+}
+
+/// The command [`rerun`] runs (test `name` of this test binary alone, ignored or not), for a
+/// caller that must change the child's environment in other ways, such as removing a
+/// variable that the child must not inherit.
+pub fn command(name: &str) -> Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args([name, "--exact", "--nocapture", "--include-ignored"])
+        .args(["--test-threads", "1"]);
+    cmd
 }
 
 /// A child's exit status and both its streams, for an assertion message.

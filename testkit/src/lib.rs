@@ -6,6 +6,8 @@
 //!   so where a person sees it, and fails instead under `CI=true`.
 //! * [`runtimes`]: the pinned ONNX Runtime and ExecuTorch wheels, fetched and unpacked on first
 //!   use into `target/runtimes/` (the same code `cargo xtask runtimes` runs).
+//! * [`watchdog`](mod@watchdog): a per-test deadlock bound: a test that hangs is named on stderr
+//!   and the process aborts, instead of hanging the run.
 //!
 //! A dev-dependency only (`publish = false`): nothing in the product imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -14,6 +16,7 @@
 pub mod child;
 pub mod not_run;
 pub mod runtimes;
+pub mod watchdog;
 
 pub use child::{describe, rerun};
 pub use not_run::{in_ci, not_run};

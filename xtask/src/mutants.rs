@@ -1,5 +1,5 @@
 //! `cargo xtask mutants`: mutation testing of the provider (`keepalloc-provider`), of the C
-//! table (`allocators/src/table.rs`) and of the kernels' worker pool (`kernels/src/pool.rs`)
+//! table (`allocators/src/table.rs`) and of the kernels' worker pool (`kernels/src/pool/`)
 //! with cargo-mutants, scored against a 95% bar.
 //!
 //! # The test command, and how it is run
@@ -69,7 +69,7 @@ const REQUIRED_SCORE: f64 = 0.95;
 /// `cargo xtask mutants --help`.
 pub const LONG_ABOUT: &str = "\
 Mutation-tests keepalloc-provider, the C table (allocators/src/table.rs) and the kernels'
-worker pool (kernels/src/pool.rs) with cargo-mutants (--jobs 1). Stage 1: cargo-mutants with
+worker pool (kernels/src/pool/) with cargo-mutants (--jobs 1). Stage 1: cargo-mutants with
 the crates' tests (for the pool: keepalloc-kernels --lib --test pool). Stage 2, on the
 provider's and the table's stage-1 survivors only: the loom models (mutants of
 cell.rs/sync.rs) and a short keepalloc-only fault campaign
@@ -131,7 +131,7 @@ const PARTS: [Part; 3] = [
     },
     // The kernels' worker pool, with its own tests (tests/pool.rs and the lib's, which include
     // the capped pool's; the operators' tests would add minutes per mutant and see the pool
-    // only through `run`). Its tests carry a watchdog (kernels/tests/common/watchdog.rs), so
+    // only through `run`). Its tests carry a watchdog (testkit/src/watchdog.rs), so
     // a mutant that loses a wake-up or a task fails in 10 s instead of timing out. Neither
     // loom (the provider's cell only) nor the campaign (one thread) runs the pool.
     Part {
@@ -140,7 +140,7 @@ const PARTS: [Part; 3] = [
             "--package",
             "keepalloc-kernels",
             "--file",
-            "kernels/src/pool.rs",
+            "kernels/src/pool/*.rs",
         ],
         test_packages: &["keepalloc-kernels"],
         test_args: &["--lib", "--test", "pool"],
@@ -172,37 +172,37 @@ pub const EQUIVALENT: &[(&str, &str)] = &[
          `cookie | log2` and `cookie ^ log2` are the same number for every input",
     ),
     (
-        "kernels/src/pool.rs: replace | with ^ in state_of",
+        "kernels/src/pool/state.rs: replace | with ^ in state_of",
         "`front << 16` and `back` are disjoint bit fields (both are at most 0xffff), so `|` \
          and `^` give the same state",
     ),
     (
-        "kernels/src/pool.rs: replace | with ^ in tagged",
+        "kernels/src/pool/state.rs: replace | with ^ in tagged",
         "`tag << 32` and the low half (claim indices, a seat count, CLOSED: all below 2^32) \
          are disjoint bit fields, so `|` and `^` give the same word",
     ),
     (
-        "kernels/src/pool.rs: replace > with >= in Shared::publish",
+        "kernels/src/pool/shared.rs: replace > with >= in Shared::publish",
         "performance only: with no sleeper the notify_all under the lock wakes nobody, so \
          notifying always costs a lock and changes nothing else",
     ),
     (
-        "kernels/src/pool.rs: replace && with || in Shared::work",
+        "kernels/src/pool/work.rs: replace && with || in Shared::work",
         "performance only: a thread whose count is not the last notifies the caller's condvar \
          too; a notified caller re-checks done == tasks and waits again",
     ),
     (
-        "kernels/src/pool.rs: replace && with || in wait_until",
+        "kernels/src/pool/wait.rs: replace && with || in wait_until",
         "performance only: the spin gives up after 64 pauses instead of about 1 ms, and the \
          blocking wait that follows is woken by the same protocol",
     ),
     (
-        "kernels/src/pool.rs: replace > with < in wait_until",
+        "kernels/src/pool/wait.rs: replace > with < in wait_until",
         "performance only: the spin gives up at its first clock check (64 pauses) instead of \
          after 1 ms; the blocking wait that follows is woken by the same protocol",
     ),
     (
-        "kernels/src/pool.rs: replace > with >= in wait_until",
+        "kernels/src/pool/wait.rs: replace > with >= in wait_until",
         "the spin ends when the elapsed time reaches 1 ms instead of passing it: the two differ \
          only at an elapsed time of exactly 1 ms, by one clock check",
     ),

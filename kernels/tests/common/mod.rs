@@ -212,7 +212,6 @@ pub fn without_tail<'a>(
     &out[..end]
 }
 pub mod lowp;
-pub mod watchdog;
 
 /// A runtime's pool: its own std threads, each task index claimed from a counter.
 pub struct RuntimePool(pub usize);

@@ -5,7 +5,9 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use super::nightly::{Require, nightly_available, nightly_cargo, probe};
-use super::pool::{POOL_SLOT_WITNESS_TEST, POOL_SOURCE, POOL_WITNESS_TEST, pool_mutant_config};
+use super::pool::{
+    POOL_SLOT_WITNESS_TEST, POOL_SOURCE, POOL_WITNESS_TEST, POOL_WORKER_SOURCE, pool_mutant_config,
+};
 use crate::util;
 
 /// `cargo xtask miri --help`.
@@ -34,7 +36,7 @@ what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_
 under Miri's data-race detector (the other pool tests are too slow under Miri or reach
 inline assembly), and the same two built as the pool's done_relaxed mutant (a worker
 counts its finished tasks with a relaxed add). The pool must pass; the mutant must fail
-with Miri's data race between a pool worker and the test's thread in kernels/src/pool.rs.
+with Miri's data race between a pool worker and the test's thread in kernels/src/pool/.
 A mutant that passes, or fails any other way (inconclusive), fails the command.";
 
 /// `cargo xtask miri` options.
@@ -145,7 +147,7 @@ pub(super) const MIRI_POOL_MUTANTS: [(&str, &str); 2] = [
 ];
 
 /// How the `job_before_claim` mutant's early read of the job slot begins in
-/// `kernels/src/pool.rs` (the one line there that binds `early`).
+/// `kernels/src/pool/worker.rs` (the one line there that binds `early`).
 pub(super) const SLOT_EARLY_READ: &str = "let early = ";
 
 /// `cargo miri test` of `tests` in the pool's test file, as the pool is or as `mutant`.
@@ -274,7 +276,7 @@ pub(super) fn miri_pool_race(
 
 /// The `file:line` of the `job_before_claim` mutant's early read, found in the source.
 pub(super) fn slot_early_read() -> Result<String, String> {
-    let path = util::root().join("kernels/src/pool.rs");
+    let path = util::root().join(POOL_WORKER_SOURCE);
     let source = std::fs::read_to_string(&path)
         .map_err(|e| format!("miri: reading {}: {e}", path.display()))?;
     let lines: Vec<usize> = source
@@ -284,9 +286,9 @@ pub(super) fn slot_early_read() -> Result<String, String> {
         .map(|(i, _)| i + 1)
         .collect();
     match lines[..] {
-        [line] => Ok(format!("{POOL_SOURCE}{line}")),
+        [line] => Ok(format!("{POOL_WORKER_SOURCE}:{line}")),
         _ => Err(format!(
-            "miri: kernels/src/pool.rs should have one line starting `{SLOT_EARLY_READ}`, has {}",
+            "miri: {POOL_WORKER_SOURCE} should have one line starting `{SLOT_EARLY_READ}`, has {}",
             lines.len()
         )),
     }
@@ -336,7 +338,7 @@ pub(super) fn miri_pool() -> Result<(), String> {
                 return Err(format!(
                     "miri: the pool's {mutant} mutant failed {test} without its signature (a \
                      data race between a pool worker's access and the deallocation of run's \
-                     frame on the test's thread, both in kernels/src/pool.rs; for \
+                     frame on the test's thread, both in kernels/src/pool/; for \
                      job_before_claim the worker's access at {early_read}): inconclusive \
                      ({})\n--- stdout\n{stdout}--- stderr\n{stderr}",
                     out.status

@@ -5,8 +5,13 @@
 /// pool's signature (its `task_writes` and `caller_reads`).
 pub(super) const POOL_TEST: &str = "kernels/tests/pool.rs:";
 
-/// The pool's own source, where the `job_before_claim` mutant's race is.
-pub(super) const POOL_SOURCE: &str = "kernels/src/pool.rs:";
+/// The pool's own source, a directory: an access in a file under it is in the pool (both
+/// sides of the `job_before_claim` mutant's race, and of Miri's reports of both mutants).
+pub(super) const POOL_SOURCE: &str = "kernels/src/pool/";
+
+/// The pool's worker loop, where the `job_before_claim` mutant's early read of the job slot
+/// is.
+pub(super) const POOL_WORKER_SOURCE: &str = "kernels/src/pool/worker.rs";
 
 /// The pool test that the `done_relaxed` mutant must fail under ThreadSanitizer.
 pub(super) const POOL_WITNESS_TEST: &str = "what_tasks_write_is_the_callers_after_run";

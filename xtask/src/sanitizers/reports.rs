@@ -155,7 +155,7 @@ pub(super) enum Signature {
     PoolResultsUnpublished,
     /// The kernels pool's `job_before_claim` mutant: a data race between the caller's write
     /// of the job slot in `run_ranges_with` and a worker's read of it in `worker`, both in the pool
-    /// (`kernels/src/pool.rs`): a worker that read the slot before claiming, and then
+    /// (`kernels/src/pool/`): a worker that read the slot before claiming, and then
     /// claimed nothing, is not ordered before the caller's next job.
     PoolSlotReadBeforeClaim,
 }

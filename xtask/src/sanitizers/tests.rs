@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::miri::{MiriAccess, miri_pool_race, parse_miri_race, slot_early_read};
 use super::nightly::Require;
-use super::pool::{POOL_SLOT_WITNESS_TEST, POOL_SOURCE, POOL_WITNESS_TEST, pool_mutant_config};
+use super::pool::{
+    POOL_SLOT_WITNESS_TEST, POOL_WITNESS_TEST, POOL_WORKER_SOURCE, pool_mutant_config,
+};
 use super::reports::{Signature, parse_reports};
 use super::tsan::{Expect, Outcome, Row, TSAN_EXIT, classify, json_string};
 use crate::util;
@@ -104,7 +106,8 @@ fn condenses_reports() {
     assert!(!leak[0].in_control());
 }
 
-/// Condensed from a real report of the pool's done_relaxed mutant.
+/// Condensed from a real report of the pool's done_relaxed mutant (its pool frames moved to
+/// the pool's files since: `kernels/src/pool/`).
 const POOL_RACE: &str = "\
 WARNING: ThreadSanitizer: data race (pid=19811)
   Read of size 8 at 0x725000010188 by thread T1:
@@ -112,14 +115,14 @@ WARNING: ThreadSanitizer: data race (pid=19811)
 #3 pool::caller_reads /w/kernels/tests/pool.rs:77:16 (pool+0x2)
   Previous write of size 8 at 0x725000010188 by thread T2:
 #2 pool::task_writes /w/kernels/tests/pool.rs:71:29 (pool+0x3)
-#6 keepalloc_kernels::pool::worker::{closure#2} /w/kernels/src/pool.rs:728:13 (pool+0x4)
+#6 keepalloc_kernels::pool::worker::worker::{closure#2} /w/kernels/src/pool/worker.rs:71:17 (pool+0x4)
 SUMMARY: ThreadSanitizer: data race x
 ==================
 WARNING: ThreadSanitizer: data race (pid=19811)
   Write of size 8 at 0x7f6d933fc8c8 by thread T1:
-#0 <keepalloc_kernels::pool::ThreadPool>::run_ranges_with /w/kernels/src/pool.rs:586:13 (pool+0x5)
+#0 <keepalloc_kernels::pool::thread_pool::ThreadPool>::run_ranges_with /w/kernels/src/pool/run.rs:72:17 (pool+0x5)
   Previous read of size 8 at 0x7f6d933fc8c8 by thread T2:
-#0 keepalloc_kernels::pool::worker::{closure#2} /w/kernels/src/pool.rs:727:30 (pool+0x6)
+#0 keepalloc_kernels::pool::worker::worker::{closure#2} /w/kernels/src/pool/worker.rs:69:33 (pool+0x6)
 SUMMARY: ThreadSanitizer: data race x
 ==================
 ";
@@ -146,17 +149,18 @@ fn the_pool_mutants_signature_is_its_task_writes_racing_with_caller_reads() {
     );
 }
 
-/// Condensed from a real report of the pool's job_before_claim mutant.
+/// Condensed from a real report of the pool's job_before_claim mutant (its pool frames moved
+/// to the pool's files since).
 const SLOT_RACE: &str = "\
 WARNING: ThreadSanitizer: data race (pid=10507)
   Write of size 8 at 0x72440000a148 by thread T1:
-#0 <keepalloc_kernels::pool::ThreadPool>::run_ranges_with /w/kernels/src/pool.rs:607:17 (pool+0x1)
-#1 <keepalloc_kernels::pool::ThreadPool as keepalloc_kernels::pool::Parallel>::run_ranges /w/kernels/src/pool.rs:570:14 (pool+0x2)
+#0 <keepalloc_kernels::pool::thread_pool::ThreadPool>::run_ranges_with /w/kernels/src/pool/run.rs:72:17 (pool+0x1)
+#1 <keepalloc_kernels::pool::thread_pool::ThreadPool as keepalloc_kernels::pool::Parallel>::run_ranges /w/kernels/src/pool/run.rs:30:14 (pool+0x2)
 #3 pool::a_worker_that_claims_nothing_leaves_the_job_alone /w/kernels/tests/pool.rs:143:14 (pool+0x3)
   Previous read of size 8 at 0x72440000a148 by thread T3:
 #0 __tsan_memcpy /rustc/llvm/compiler-rt/lib/tsan/rtl/tsan_interceptors_memintrinsics.cpp:27:3 (pool+0x4)
-#1 keepalloc_kernels::pool::worker /w/kernels/src/pool.rs:792:30 (pool+0x5)
-#2 keepalloc_kernels::pool::worker_main /w/kernels/src/pool.rs:834:5 (pool+0x5)
+#1 keepalloc_kernels::pool::worker::worker /w/kernels/src/pool/worker.rs:58:30 (pool+0x5)
+#2 keepalloc_kernels::pool::threads::worker_main /w/kernels/src/pool/threads.rs:35:5 (pool+0x5)
 SUMMARY: ThreadSanitizer: data race x
 ==================
 ";
@@ -167,7 +171,7 @@ fn the_slot_mutants_signature_is_run_ranges_with_writing_what_worker_read() {
     assert_eq!(reports.len(), 1);
     assert_eq!(
         reports[0].accesses[1].1.as_deref(),
-        Some("kernels/src/pool.rs:792 (worker)")
+        Some("kernels/src/pool/worker.rs:58 (worker)")
     );
     assert!(Signature::PoolSlotReadBeforeClaim.matches(&reports[0]));
     // Not the other controls' signatures, and theirs are not this one.
@@ -189,24 +193,25 @@ fn the_slot_mutants_signature_is_run_ranges_with_writing_what_worker_read() {
     );
 }
 
-/// Miri's reports of the two pool mutants, from real runs (the notes cut short).
+/// Miri's reports of the two pool mutants, from real runs (the notes cut short; the places
+/// moved to the pool's files since).
 const MIRI_DONE_RELAXED: &str = "\
 test what_tasks_write_is_the_callers_after_run ... error: Undefined Behavior: Data race detected between (1) non-atomic read on thread `unnamed-3` and (2) deallocation on thread `what_tasks_writ` at alloc46879
- --> kernels/src/pool.rs:566:10
+ --> kernels/src/pool/run.rs:26:10
   |
   = note: (2) just happened here
 help: and (1) occurred earlier here
- --> kernels/src/pool.rs:564:16
+ --> kernels/src/pool/run.rs:24:16
   = help: this indicates a bug in the program: it performed an invalid operation, and caused Undefined Behavior
   = note: this is on thread `what_tasks_writ`
 ";
 const MIRI_SLOT: &str = "\
 test a_worker_that_claims_nothing_leaves_the_job_alone ... error: Undefined Behavior: Data race detected between (1) retag read on thread `unnamed-3` and (2) deallocation on thread `a_worker_that_c` at alloc46757
- --> kernels/src/pool.rs:566:10
+ --> kernels/src/pool/run.rs:26:10
   |
   = note: (2) just happened here
 help: and (1) occurred earlier here
- --> kernels/src/pool.rs:792:29
+ --> kernels/src/pool/worker.rs:58:29
   = help: retags occur on all (re)borrows and as well as when references are copied or moved
   = note: this is on thread `a_worker_that_c`
 ";
@@ -219,7 +224,7 @@ fn miri_races_parse_and_each_pool_mutant_is_judged_by_its_own() {
         MiriAccess {
             what: "retag read".into(),
             thread: "unnamed-3".into(),
-            at: Some("kernels/src/pool.rs:792".into()),
+            at: Some("kernels/src/pool/worker.rs:58".into()),
         }
     );
     assert_eq!(
@@ -227,17 +232,17 @@ fn miri_races_parse_and_each_pool_mutant_is_judged_by_its_own() {
         MiriAccess {
             what: "deallocation".into(),
             thread: "a_worker_that_c".into(),
-            at: Some("kernels/src/pool.rs:566".into()),
+            at: Some("kernels/src/pool/run.rs:26".into()),
         }
     );
-    let early = "kernels/src/pool.rs:792";
+    let early = "kernels/src/pool/worker.rs:58";
     let slot = ("job_before_claim", POOL_SLOT_WITNESS_TEST);
     let done = ("done_relaxed", POOL_WITNESS_TEST);
     assert!(miri_pool_race(MIRI_SLOT, slot.0, slot.1, early).is_some());
     assert!(miri_pool_race(MIRI_DONE_RELAXED, done.0, done.1, early).is_some());
     // The slot mutant's race elsewhere than at its read is not its signature, nor is the
     // done_relaxed race at the slot's read, nor a race on another test's thread.
-    assert!(miri_pool_race(MIRI_SLOT, slot.0, slot.1, "kernels/src/pool.rs:791").is_none());
+    assert!(miri_pool_race(MIRI_SLOT, slot.0, slot.1, "kernels/src/pool/worker.rs:57").is_none());
     assert!(miri_pool_race(MIRI_DONE_RELAXED, slot.0, slot.1, early).is_none());
     assert!(miri_pool_race(MIRI_SLOT, done.0, done.1, early).is_none());
     assert!(miri_pool_race(MIRI_DONE_RELAXED, done.0, slot.1, early).is_none());
@@ -246,8 +251,10 @@ fn miri_races_parse_and_each_pool_mutant_is_judged_by_its_own() {
     assert!(miri_pool_race(&other, slot.0, slot.1, early).is_none());
     // The real source has the slot mutant's read, once.
     let read = slot_early_read().unwrap();
-    let line: usize = read.strip_prefix(POOL_SOURCE).unwrap().parse().unwrap();
-    let source = std::fs::read_to_string(util::root().join("kernels/src/pool.rs")).unwrap();
+    let (file, line) = read.rsplit_once(':').unwrap();
+    assert_eq!(file, POOL_WORKER_SOURCE);
+    let line: usize = line.parse().unwrap();
+    let source = std::fs::read_to_string(util::root().join(POOL_WORKER_SOURCE)).unwrap();
     let text = source.lines().nth(line - 1).unwrap();
     assert!(text.contains("*s.job.get()"), "{read}: {text}");
 }

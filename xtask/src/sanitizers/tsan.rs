@@ -42,12 +42,12 @@ ThreadSanitizer, with the nightly toolchain (`-Zsanitizer=thread -Zbuild-std --t
      it sees a new job, before it claims a task):
      a_worker_that_claims_nothing_leaves_the_job_alone, --runs times, must be reported
      every run with a data race between run_ranges_with's write of the slot and worker's
-     read of it (kernels/src/pool.rs).
+     read of it (kernels/src/pool/run.rs, kernels/src/pool/worker.rs).
 
 A control run counts as reported only when a report shows its signature: for `racy`, an
 access in the controls' own code (fault-inject/src/controls/); for the done_relaxed mutant,
 the task_writes / caller_reads race in kernels/tests/pool.rs; for the job_before_claim
-mutant, run_ranges_with's write racing with worker's read in kernels/src/pool.rs. A run
+mutant, run_ranges_with's write racing with worker's read in kernels/src/pool/. A run
 that times out, or dies without a ThreadSanitizer report, or in which ThreadSanitizer
 itself fails, or a control run reported only elsewhere, is inconclusive and makes the
 command fail. Exit 0 only when
@@ -580,7 +580,7 @@ pub fn tsan(args: TsanArgs) -> Result<(), String> {
                 argv.extend(["--seed".to_string(), (options.seed + i as u64).to_string()]);
             }
             let mut cmd = Command::new(&row.program);
-            // The pool tests' watchdog (kernels/tests/common/watchdog.rs) at half the
+            // The pool tests' watchdog (testkit/src/watchdog.rs) at half the
             // process timeout: a hung test is named by it, well before the kill.
             cmd.args(&argv)
                 .current_dir(&row.cwd)

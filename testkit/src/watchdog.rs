@@ -1,5 +1,12 @@
-//! A per-test watchdog for tests that can hang (a pool that loses a wake-up or a task):
-//! shared by the integration tests (through `common`) and the pool's unit tests (by path).
+//! A per-test deadlock watchdog, for tests that can hang (a pool that loses a wake-up or a
+//! task): a test that is still running after [`deadlock_bound`] is named on stderr and the
+//! process aborts, so the run fails at once instead of hanging. The kernels' pool tests
+//! (unit and `kernels/tests/pool.rs`) hold one each:
+//!
+//! ```
+//! let _bound = keepalloc_testkit::watchdog::watchdog("my_test");
+//! // ... the test's body; the watchdog stands down when `_bound` is dropped.
+//! ```
 
 use std::sync::mpsc;
 use std::time::Duration;
