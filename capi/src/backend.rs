@@ -57,11 +57,12 @@ fn registration() -> std::sync::MutexGuard<'static, Registration> {
 }
 
 /// The backend of the C library's provider: the base one, or Scribble over it when
-/// `KEEPALLOC_SCRIBBLE` or `keepalloc_scribble_configure` asks for it (decided at first use).
-pub type CBackend = crate::scribble::Backend<BaseBackend>;
+/// `KEEPALLOC_SCRIBBLE` or `keepalloc_scribble_configure` asks for it, and site recording and
+/// failing over that when `KEEPALLOC_FAIL` is set (decided at first use).
+pub type CBackend = crate::fail::Failable<crate::scribble::Backend<BaseBackend>>;
 
 fn make_backend() -> Result<CBackend, AllocError> {
-    crate::scribble::wrap(make_base_backend())
+    crate::fail::wrap(crate::scribble::wrap(make_base_backend()))
 }
 
 fn make_base_backend() -> Result<BaseBackend, AllocError> {
@@ -104,7 +105,8 @@ static CHOSEN: std::sync::OnceLock<Chosen> = std::sync::OnceLock::new();
 /// once an owner is being built.
 pub fn choose() -> Chosen {
     *CHOSEN.get_or_init(|| {
-        let scribbled = !matches!(crate::scribble::decision().config, Ok(None));
+        let scribbled = !matches!(crate::scribble::decision().config, Ok(None))
+            || !matches!(crate::fail::spec(), Ok(None));
         let mut reg = registration();
         reg.frozen = true;
         if reg.plugged.is_none() && !scribbled {

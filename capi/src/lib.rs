@@ -25,6 +25,7 @@ use keepalloc_provider::{
 };
 
 pub mod backend;
+pub mod fail;
 pub mod ort;
 pub mod scribble;
 mod stats;
@@ -278,6 +279,9 @@ unsafe fn acquire(
     // A bad KEEPALLOC_SCRIBBLE (or keepalloc_scribble_configure) setting is refused here, at
     // first use, before any owner is built.
     if let Err(status) = scribble::check_settings() {
+        return status;
+    }
+    if let Err(status) = fail::check_settings() {
         return status;
     }
     let hook_result = Cell::new(KeepallocHookResult::NotCalled);

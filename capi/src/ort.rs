@@ -38,6 +38,9 @@ pub unsafe extern "C" fn keepalloc_ort_register(
     if let Err(status) = crate::scribble::check_settings() {
         return status;
     }
+    if let Err(status) = crate::fail::check_settings() {
+        return status;
+    }
     crate::ensure_fork_handler();
     let hook_result = Cell::new(KeepallocHookResult::NotCalled);
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<(), KeepallocStatus> {

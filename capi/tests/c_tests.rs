@@ -497,3 +497,120 @@ fn every_c_test_is_listed() {
         .collect();
     assert_eq!(found, TESTS, "tests/c and TESTS in c_tests.rs disagree");
 }
+
+/// Builds `tests/c/explore/fail_sites.c` (once per test binary) and runs it with
+/// `KEEPALLOC_FAIL=spec`.
+fn fail_sites(spec: &str) -> ctools::Outcome {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let out = BUILT.get_or_init(|| {
+        let dirs = dirs();
+        let out = out_dir("explore").join("fail_sites");
+        ctools::compile(
+            &Toolchain::from_env(),
+            &dirs,
+            &ctools::Program {
+                sources: vec![dirs.tests().join("explore").join("fail_sites.c")],
+                defines: vec![],
+                includes: vec![],
+                link: ctools::keepalloc_link(&staticlib()),
+                out: out.clone(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        out
+    });
+    ctools::run(out, &[("KEEPALLOC_FAIL", spec)]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The hash of the site with `hits` hits whose stack starts in `function`, from a report.
+fn site_in(report: &str, function: &str, hits: u64) -> String {
+    let mut site = None;
+    for line in report.lines() {
+        if let Some(rest) = line.trim().strip_prefix("site ") {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            site = (words.get(2) == Some(&hits.to_string().as_str())).then(|| words[0].to_owned());
+        } else if line.trim().starts_with("#0 ")
+            && line.contains(function)
+            && let Some(site) = site.take()
+        {
+            return site;
+        }
+    }
+    panic!("no site with {hits} hits starting in {function} in:\n{report}")
+}
+
+#[test]
+fn keepalloc_fail_list_names_each_site_and_site_fails_only_that_one() {
+    let list = fail_sites("list");
+    assert!(list.passed, "{}", list.describe("fail_sites list"));
+    assert!(
+        !list.stdout.contains("NULL"),
+        "list fails nothing:\n{}",
+        list.stdout
+    );
+    // make_weights from the loop and from the last line are two sites: their stacks differ.
+    assert!(
+        list.stderr
+            .contains("3 sites, 7 allocation calls, 0 failed"),
+        "{}",
+        list.stderr
+    );
+    let weights = site_in(&list.stderr, "make_weights", 3);
+    let kept = site_in(&list.stderr, "make_weights", 1);
+    let workspace = site_in(&list.stderr, "make_workspace", 3);
+    assert!(weights != workspace && weights != kept);
+    // The block kept on purpose is reported live, by its site.
+    assert!(
+        list.stderr
+            .contains(&format!("live at exit: site {kept} 1 blocks,")),
+        "{}",
+        list.stderr
+    );
+
+    let first = fail_sites(&format!("site:{weights}"));
+    assert!(first.passed, "{}", first.describe("fail_sites site"));
+    assert_eq!(
+        first
+            .stdout
+            .lines()
+            .filter(|l| l.contains("weights: NULL"))
+            .count(),
+        1,
+        "only the first hit fails:\n{}",
+        first.stdout
+    );
+    assert!(
+        !first.stdout.contains("workspace: NULL"),
+        "{}",
+        first.stdout
+    );
+    let every = fail_sites(&format!("site:{workspace},hits:all"));
+    assert_eq!(
+        every
+            .stdout
+            .lines()
+            .filter(|l| l.contains("workspace: NULL"))
+            .count(),
+        3,
+        "{}",
+        every.stdout
+    );
+    assert!(!every.stdout.contains("weights: NULL"), "{}", every.stdout);
+    let nth = fail_sites("nth:2");
+    assert!(
+        nth.stdout.starts_with("weights: ok, workspace: NULL"),
+        "{}",
+        nth.stdout
+    );
+}
+
+#[test]
+fn a_bad_keepalloc_fail_refuses_the_first_acquire_and_builds_nothing() {
+    let bad = fail_sites("site:zz");
+    assert!(bad.stdout.contains("acquire: 3"), "{}", bad.stdout);
+    assert!(
+        bad.stderr.contains("KEEPALLOC_FAIL=\"site:zz\"") && bad.stderr.contains("not created"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -58,6 +58,7 @@ pub mod consumer;
 #[cfg(feature = "controls")]
 pub mod controls;
 pub mod delay;
+pub mod explore;
 mod failing;
 pub mod init_plan;
 pub mod real_provider;

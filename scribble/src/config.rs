@@ -114,6 +114,9 @@ pub struct ScribbleConfig {
     pub stack_depth: usize,
     /// Guard-page sampling.
     pub guard: GuardConfig,
+    /// Reports print keepalloc's own frames (the table's entry, the wrappers, Scribble) too;
+    /// by default each stack starts at the first frame outside keepalloc.
+    pub own_frames: bool,
 }
 
 impl ScribbleConfig {
@@ -131,6 +134,7 @@ impl ScribbleConfig {
         stacks: StackMode::None,
         stack_depth: 24,
         guard: GuardConfig::OFF,
+        own_frames: false,
     };
 
     /// The same configuration with another policy.
@@ -187,6 +191,7 @@ impl ScribbleConfig {
     /// | `quarantine` | size (`8MiB`, `512KiB`, `1GiB`, `4096`) | quarantine bound in bytes |
     /// | `quarantine-blocks` | count | quarantine bound in blocks |
     /// | `red-zone` | bytes | red zone size (raised to 16) |
+    /// | `frames` | `caller` or `all` | reports start at the caller's frame, or show keepalloc's too |
     ///
     /// Anything else, a repeated key, an empty item or a bad value is a [`ConfigError`].
     pub fn apply_spec(mut self, spec: &str) -> Result<Self, ConfigError> {
@@ -251,6 +256,13 @@ impl ScribbleConfig {
                         "free" => StackMode::Free,
                         "both" => StackMode::Both,
                         _ => return Err(bad("none, free or both")),
+                    }
+                }
+                "frames" => {
+                    self.own_frames = match value {
+                        "caller" => false,
+                        "all" => true,
+                        _ => return Err(bad("caller or all")),
                     }
                 }
                 "depth" => {

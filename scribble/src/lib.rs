@@ -34,6 +34,7 @@ mod guard;
 mod hooks;
 mod report;
 mod scribble;
+pub mod sites;
 mod stack;
 mod violation;
 

@@ -215,7 +215,13 @@ impl<A: Allocator, H: ScribbleHooks> Scribble<A, H> {
 
     /// The configuration in effect (the one given, adjusted by `H::configure` at first use).
     pub fn config(&self) -> &ScribbleConfig {
-        self.config.get_or_init(|| H::configure(self.requested))
+        self.config.get_or_init(|| {
+            let config = H::configure(self.requested);
+            if config.own_frames {
+                crate::stack::show_own_frames();
+            }
+            config
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -10,8 +10,18 @@
 //! (`cargo bench -p keepalloc-scribble`, group `capture`).
 
 use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::MAX_STACK_DEPTH;
+
+/// Reports print keepalloc's own frames too (`frames:all`); set by a Scribble whose
+/// configuration asks for it, for the whole process.
+static SHOW_OWN: AtomicBool = AtomicBool::new(false);
+
+/// Makes every report print keepalloc's own frames.
+pub(crate) fn show_own_frames() {
+    SHOW_OWN.store(true, Ordering::Relaxed);
+}
 
 /// Frames captured beyond the configured depth, to make room for the capture's own frames
 /// (the unwinder and this crate), which are dropped when the stack is printed.
@@ -92,49 +102,80 @@ impl Stack {
         &self.frames
     }
 
-    /// The frames symbolized, innermost first, with the capture's own frames (this crate,
-    /// the unwinder, the signal trampoline) dropped from the top: one line per function
-    /// (inlined ones included), `name at file:line`, or the bare address when no symbol is
-    /// known.
+    /// The frames symbolized, innermost first, starting at the first frame outside
+    /// keepalloc (the capture, the unwinder, the signal trampoline, the table's entry and
+    /// the allocator wrappers are dropped from the top, as ASan starts at the caller; with
+    /// `frames:all` only the capture's own are): one line per function (inlined ones
+    /// included), `name at file:line`, or the bare address when no symbol is known. The
+    /// tail of unknown frames past the program's entry (`0x0 in ??`) is dropped.
     pub fn symbolized(&self) -> Vec<SymbolizedFrame> {
-        let mut out: Vec<SymbolizedFrame> = Vec::new();
-        let mut skipping = true;
-        for &ip in self.frames.iter() {
-            let mut names: Vec<SymbolizedFrame> = Vec::new();
-            backtrace::resolve(ip as *mut core::ffi::c_void, |symbol| {
-                names.push(SymbolizedFrame {
-                    ip,
-                    name: symbol.name().map(|n| format!("{n:#}")),
-                    location: match (symbol.filename(), symbol.lineno()) {
-                        (Some(file), Some(line)) => Some(format!("{}:{line}", file.display())),
-                        (Some(file), None) => Some(file.display().to_string()),
-                        _ => None,
-                    },
+        use crate::sites::{Class, caller_start, class_of_frame, class_of_name};
+        let frames: Vec<Vec<SymbolizedFrame>> = self
+            .frames
+            .iter()
+            .take_while(|&&ip| ip != 0)
+            .map(|&ip| {
+                let mut names: Vec<SymbolizedFrame> = Vec::new();
+                backtrace::resolve(ip as *mut core::ffi::c_void, |symbol| {
+                    names.push(SymbolizedFrame {
+                        ip,
+                        name: symbol.name().map(|n| format!("{n:#}")),
+                        location: match (symbol.filename(), symbol.lineno()) {
+                            (Some(file), Some(line)) => Some(format!("{}:{line}", file.display())),
+                            (Some(file), None) => Some(file.display().to_string()),
+                            _ => None,
+                        },
+                    });
                 });
-            });
-            if names.is_empty() {
-                names.push(SymbolizedFrame {
-                    ip,
-                    name: None,
-                    location: None,
-                });
-            }
-            if skipping {
-                // Inlined functions come innermost first: drop everything up to the last of
-                // the capture's own functions in this frame.
-                if let Some(last) = names.iter().rposition(SymbolizedFrame::is_own) {
-                    names.drain(..=last);
-                }
                 if names.is_empty() {
-                    continue;
+                    names.push(SymbolizedFrame {
+                        ip,
+                        name: None,
+                        location: None,
+                    });
                 }
-                skipping = false;
+                names
+            })
+            .collect();
+        // With `frames:all`, only the capture's own frames are dropped; otherwise the
+        // stack starts at the caller's first frame.
+        let classes: Vec<Class> = frames
+            .iter()
+            .map(|names| {
+                if SHOW_OWN.load(Ordering::Relaxed) {
+                    if names.iter().all(SymbolizedFrame::is_own) {
+                        Class::Own
+                    } else {
+                        Class::Caller
+                    }
+                } else {
+                    class_of_frame(names.iter().map(|f| f.name.as_deref()))
+                }
+            })
+            .collect();
+        let start = caller_start(&classes);
+        let mut out: Vec<SymbolizedFrame> = Vec::new();
+        for (i, mut names) in frames.into_iter().enumerate().skip(start) {
+            if i == start
+                && let Some(last) = names
+                    .iter()
+                    .rposition(|f| f.is_own() || class_of_name(f.name.as_deref()) == Class::Own)
+            {
+                // Inlined functions come innermost first: keepalloc's (or the capture's)
+                // inlined into the caller's first frame are dropped.
+                names.drain(..=last);
             }
             out.extend(names);
             if out.len() >= self.depth {
                 out.truncate(self.depth);
                 break;
             }
+        }
+        while out
+            .last()
+            .is_some_and(|f| f.name.is_none() && f.location.is_none())
+        {
+            out.pop();
         }
         out
     }

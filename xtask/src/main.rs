@@ -9,6 +9,7 @@ mod bench;
 mod c_adoption;
 mod ctest;
 mod ctools;
+mod fault_explore;
 mod fault_test;
 mod install;
 mod loom;
@@ -38,6 +39,9 @@ enum Command {
     /// run in a fresh process (`--runtime onnxruntime`: the campaign against ONNX Runtime).
     #[command(long_about = fault_test::LONG_ABOUT)]
     FaultTest(fault_test::Args),
+    /// Fails every allocation site of a library, one fresh process per site.
+    #[command(long_about = fault_explore::LONG_ABOUT)]
+    FaultExplore(fault_explore::Args),
     /// Build libkeepalloc and run the C/C++ tests against keepalloc.h.
     #[command(long_about = ctest::LONG_ABOUT)]
     CTest(ctest::Args),
@@ -88,6 +92,7 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::FaultTest(args) => fault_test::run(args),
+        Command::FaultExplore(args) => fault_explore::run(args),
         Command::CTest(args) => ctest::run(args),
         Command::Install(args) => install::run(args),
         Command::InstallTest(args) => install::test::run(args),
