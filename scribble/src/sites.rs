@@ -464,11 +464,12 @@ pub fn class_of_name(name: Option<&str>) -> Class {
         return Class::Caller;
     };
     let name = name.trim_start_matches('<');
-    const OWN: [&str; 8] = [
+    const OWN: [&str; 9] = [
         "keepalloc_allocators::",
         "keepalloc_scribble::",
         "keepalloc_provider::",
         "keepalloc_capi::",
+        "keepalloc_onnxruntime::",
         "allocator_api2::",
         "backtrace::",
         "_Unwind_",
@@ -539,6 +540,21 @@ pub fn site_of(frames: &[usize]) -> SiteId {
     SiteId(h)
 }
 
+/// `module+0xoffset` for an address (`0x… in ??` when no module is known).
+fn module_offset(ip: usize) -> String {
+    // SAFETY: dladdr only reads the loader's tables; `info` is a plain C struct it fills.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(ip as *const libc::c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            let name = core::ffi::CStr::from_ptr(info.dli_fname).to_string_lossy();
+            let base = name.rsplit('/').next().unwrap_or(&name).to_owned();
+            format!("{base}+{:#x}", ip - info.dli_fbase as usize)
+        } else {
+            format!("{ip:#x} in ??")
+        }
+    }
+}
+
 /// The caller's frames of `stack`, symbolized, innermost first (keepalloc's own dropped):
 /// `name at file:line`.
 pub fn caller_frames(stack: &Stack) -> Vec<String> {
@@ -558,7 +574,9 @@ pub fn caller_frames(stack: &Stack) -> Vec<String> {
                 ));
             });
             if names.is_empty() {
-                names.push((Some(format!("{ip:#x} in ??")), None));
+                // No symbol (a stripped library's internal function): where it is, so that
+                // `addr2line -e MODULE OFFSET` or a disassembler can find it.
+                names.push((Some(module_offset(ip)), None));
             }
             names
         })

@@ -9,6 +9,7 @@
 
 pub mod crash;
 mod kernels;
+pub mod onnxruntime;
 
 #[cfg(feature = "explore-controls")]
 mod controls;
@@ -27,7 +28,7 @@ pub const SPEC_ENV: &str = "KEEPALLOC_FAIL";
 
 /// The targets this build has.
 pub fn targets() -> Vec<&'static str> {
-    let mut t = vec!["kernels"];
+    let mut t = vec!["kernels", "onnxruntime"];
     if cfg!(feature = "explore-controls") {
         t.extend(["control-leak", "control-null"]);
     }
@@ -47,6 +48,7 @@ pub struct Outcome {
 pub fn run(target: &str) -> Result<Outcome, String> {
     match target {
         "kernels" => Ok(kernels::run(&TABLE)),
+        "onnxruntime" => onnxruntime::run(),
         #[cfg(feature = "explore-controls")]
         "control-leak" => Ok(controls::leak(&TABLE)),
         #[cfg(feature = "explore-controls")]

@@ -59,6 +59,43 @@ pub struct Args {
     /// Skip the negative controls.
     #[arg(long)]
     pub no_controls: bool,
+    /// The model of the `onnxruntime` target: a generated one in runtimes/onnxruntime/models
+    /// or one the ONNX Runtime wheel ships, by file stem.
+    #[arg(long, default_value = "fc_matmul_add_8x256x128")]
+    pub model: String,
+}
+
+/// The environment a target's child needs: for `onnxruntime`, the pinned library and the
+/// model (fetching the wheels first).
+fn target_env(target: &str, model: &str) -> Result<Vec<(String, String)>, String> {
+    if target != "onnxruntime" {
+        return Ok(Vec::new());
+    }
+    crate::runtimes::run(crate::runtimes::Args::default())?;
+    let manifest_path = util::root().join("target/runtimes/runtimes.json");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&manifest_path)
+            .map_err(|e| format!("cannot read {}: {e}", manifest_path.display()))?,
+    )
+    .map_err(|e| e.to_string())?;
+    let lib = manifest["onnxruntime"]["library"]
+        .as_str()
+        .ok_or("runtimes.json names no ONNX Runtime library")?;
+    let generated = util::root()
+        .join("runtimes/onnxruntime/models")
+        .join(format!("{model}.onnx"));
+    let path = if generated.is_file() {
+        generated.display().to_string()
+    } else {
+        manifest["onnxruntime"]["models"][model]
+            .as_str()
+            .ok_or_else(|| format!("no model named {model}"))?
+            .to_owned()
+    };
+    Ok(vec![
+        ("KEEPALLOC_EXPLORE_ORT".into(), lib.into()),
+        ("KEEPALLOC_EXPLORE_MODEL".into(), path),
+    ])
 }
 
 /// One site's result.
@@ -148,15 +185,22 @@ fn targets_of(child: &Path) -> Result<Vec<String>, String> {
     Ok(list.split(", ").map(str::to_owned).collect())
 }
 
-fn run_child(
-    child: &Path,
-    target: &str,
-    spec: &str,
+/// How to run the child for one target: its path, the target's environment, the deadline.
+struct Child<'a> {
+    path: &'a Path,
+    env: Vec<(String, String)>,
     timeout: Duration,
-) -> Result<crate::process::RunEnd, String> {
-    let mut cmd = Command::new(child);
-    cmd.arg(target).env("KEEPALLOC_FAIL", spec);
-    run_process(cmd, timeout)
+}
+
+impl Child<'_> {
+    fn run(&self, target: &str, spec: &str) -> Result<crate::process::RunEnd, String> {
+        let mut cmd = Command::new(self.path);
+        cmd.arg(target).env("KEEPALLOC_FAIL", spec);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        run_process(cmd, self.timeout)
+    }
 }
 
 /// Runs `cargo xtask fault-explore`.
@@ -184,7 +228,15 @@ pub fn run(args: Args) -> Result<(), String> {
     let timeout = Duration::from_secs(args.timeout);
     let every = args.hits == "all";
     if let Some(site) = &args.site {
-        return reproduce(&child, &targets, site, every, timeout);
+        let [target] = targets.as_slice() else {
+            return Err("--site needs exactly one --target".into());
+        };
+        let c = Child {
+            path: &child,
+            env: target_env(target, &args.model)?,
+            timeout,
+        };
+        return reproduce(&c, target, site, every);
     }
     let earlier: Document = match &args.resume {
         Some(p) => serde_json::from_str(
@@ -200,7 +252,12 @@ pub fn run(args: Args) -> Result<(), String> {
             .targets
             .iter()
             .find(|t| &t.target == target && t.hits == args.hits);
-        let result = explore(&child, target, every, timeout, done)?;
+        let c = Child {
+            path: &child,
+            env: target_env(target, &args.model)?,
+            timeout,
+        };
+        let result = explore(&c, target, every, done)?;
         print_target(&result);
         let (d, f, _, _) = result.coverage();
         ok &= d == f;
@@ -214,7 +271,12 @@ pub fn run(args: Args) -> Result<(), String> {
             ),
             ("control-null", null_signature),
         ] {
-            let result = explore(&child, control, false, timeout, None)?;
+            let c = Child {
+                path: &child,
+                env: Vec::new(),
+                timeout,
+            };
+            let result = explore(&c, control, false, None)?;
             let (caught, why) = match check(&result) {
                 Ok(why) => (true, why),
                 Err(why) => (false, why),
@@ -233,6 +295,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
         std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
         println!("JSON: {}", path.display());
     }
@@ -245,14 +310,13 @@ pub fn run(args: Args) -> Result<(), String> {
 
 /// Discovery, then every site in a fresh process (reusing `done`'s outcomes).
 fn explore(
-    child: &Path,
+    child: &Child<'_>,
     target: &str,
     every: bool,
-    timeout: Duration,
     done: Option<&TargetResult>,
 ) -> Result<TargetResult, String> {
     let start = Instant::now();
-    let discovery = run_child(child, target, "list", timeout)?;
+    let discovery = child.run(target, "list")?;
     let report: Report = match (&discovery.code, report_of(&discovery.stdout)) {
         (Some(0), Ok(r)) => r,
         (_, r) => {
@@ -277,7 +341,7 @@ fn explore(
             continue;
         }
         let spec = spec_of(&site.site, every);
-        let end = run_child(child, target, &spec, timeout)?;
+        let end = child.run(target, &spec)?;
         let outcome = classify(&end, &report.live);
         results.push(SiteResult {
             site: site.site.clone(),
@@ -310,21 +374,12 @@ fn command_of(target: &str, site: &str, every: bool) -> String {
 }
 
 /// `--site HASH`: one failing run, its outcome and everything the child printed.
-fn reproduce(
-    child: &Path,
-    targets: &[String],
-    site: &str,
-    every: bool,
-    timeout: Duration,
-) -> Result<(), String> {
-    let [target] = targets else {
-        return Err("--site needs exactly one --target".into());
-    };
-    let discovery = run_child(child, target, "list", timeout)?;
+fn reproduce(child: &Child<'_>, target: &str, site: &str, every: bool) -> Result<(), String> {
+    let discovery = child.run(target, "list")?;
     let baseline = report_of(&discovery.stdout)
         .map(|r| r.live)
         .unwrap_or_default();
-    let end = run_child(child, target, &spec_of(site, every), timeout)?;
+    let end = child.run(target, &spec_of(site, every))?;
     print!("{}", end.stdout);
     eprint!("{}", end.stderr);
     let outcome = classify(&end, &baseline);
