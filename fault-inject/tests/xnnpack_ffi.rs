@@ -22,11 +22,12 @@
 //!   `USE_AFTER_FREE`. The run must be caught in at least 95% of fresh processes (the same
 //!   bar as `cargo xtask fault-test`).
 //!
-//! XNNPACK is loaded with `dlopen` (Debian's `libxnnpack-dev`: `libXNNPACK.so`), so this
-//! crate needs no build script; without it the test prints "skipped: libxnnpack-dev not
-//! installed", unless `CI` is set, where that is a failure.
+//! XNNPACK is loaded with `dlopen` (Debian's `libxnnpack-dev`: `libXNNPACK.so`) through
+//! keepalloc-xnnpack's `Debian2022Api`, so this crate needs no build script; without it the
+//! test prints "skipped: libxnnpack-dev not installed", unless `CI` is set, where that is a
+//! failure.
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::c_void;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Barrier, OnceLock};
@@ -36,6 +37,9 @@ use keepalloc_fault_inject::report::exit;
 use keepalloc_fault_inject::{Scribble, ScribbleConfig};
 use keepalloc_provider::{GlobalProvider, InitError, Provider};
 use keepalloc_testkit::{describe, not_run, rerun};
+use keepalloc_xnnpack::{
+    Debian2022Api, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS, XNN_STATUS_UNINITIALIZED,
+};
 
 const THREADS: usize = 32;
 const SCENARIO_ENV: &str = "XNNPACK_FFI_SCENARIO";
@@ -43,99 +47,23 @@ const KEEPALLOC_RUNS: usize = 10;
 const RACY_RUNS: usize = 20;
 
 // ---------------------------------------------------------------------------------------
-// XNNPACK through dlopen.
+// XNNPACK through dlopen (keepalloc-xnnpack's entry points of Debian's 2022 API).
 
-unsafe extern "C" {
-    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
-const RTLD_NOW: c_int = 2;
+static XNN: OnceLock<Result<Debian2022Api, String>> = OnceLock::new();
 
-/// `enum xnn_status`: 0 is success.
-type XnnStatus = c_int;
-const XNN_STATUS_SUCCESS: XnnStatus = 0;
-const XNN_STATUS_UNINITIALIZED: XnnStatus = 1;
-/// `XNN_EXTRA_BYTES`: XNNPACK may read this far past the end of its inputs.
-const XNN_EXTRA_FLOATS: usize = 16 / size_of::<f32>();
-
-/// The XNNPACK functions this test calls (signatures from the 2022-02-16 `xnnpack.h`).
-struct Xnn {
-    /// `xnn_initialize(const struct xnn_allocator*)`; `AllocatorTable` has its layout.
-    initialize: unsafe extern "C" fn(*const AllocatorTable) -> XnnStatus,
-    /// `xnn_create_fully_connected_nc_f32(in, out, in_stride, out_stride, kernel, bias, min,
-    /// max, flags, &op)`.
-    create_fc: unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const f32,
-        *const f32,
-        f32,
-        f32,
-        u32,
-        *mut *mut c_void,
-    ) -> XnnStatus,
-    /// `xnn_setup_fully_connected_nc_f32(op, batch, input, output, threadpool)`.
-    setup_fc:
-        unsafe extern "C" fn(*mut c_void, usize, *const f32, *mut f32, *mut c_void) -> XnnStatus,
-    /// `xnn_run_operator(op, threadpool)`.
-    run: unsafe extern "C" fn(*mut c_void, *mut c_void) -> XnnStatus,
-    /// `xnn_delete_operator(op)`.
-    delete: unsafe extern "C" fn(*mut c_void) -> XnnStatus,
-}
-
-static XNN: OnceLock<Option<Xnn>> = OnceLock::new();
-
-/// Looks `name` up in `handle` (or its dependencies) as a function pointer of type `F`.
-///
-/// # Safety
-/// `handle` came from a successful `dlopen`, and the C function `name` has exactly the
-/// signature `F` describes (`F` is an `unsafe extern "C" fn` type).
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &core::ffi::CStr) -> Option<F> {
-    assert_eq!(
-        size_of::<F>(),
-        size_of::<*mut c_void>(),
-        "F is a function pointer"
-    );
-    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
-    let p = unsafe { dlsym(handle, name.as_ptr()) };
-    // `p` is the non-NULL address of the function `name`, whose signature is `F`
-    // (the caller's promise), and `F` is pointer-sized.
-    // SAFETY: a non-NULL function address of signature `F`, pointer-sized.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
-}
-
-fn load_xnnpack() -> Option<Xnn> {
-    let handle = [c"libXNNPACK.so.0", c"libXNNPACK.so"]
-        .into_iter()
-        // SAFETY: dlopen with a NUL-terminated name; a missing library returns NULL.
-        .map(|name| unsafe { dlopen(name.as_ptr(), RTLD_NOW) })
-        .find(|h| !h.is_null())?;
+fn load_xnnpack() -> Result<Debian2022Api, String> {
+    // SAFETY: libxnnpack-dev's libXNNPACK.so.0 is Debian's 2022 XNNPACK, whose constructors are safe to run here.
+    let xnn = unsafe { Debian2022Api::load_installed() }.map_err(|e| e.to_string())?;
     // XNNPACK's first xnn_initialize also initializes cpuinfo (slow: it reads /proc and
     // /sys). Do that now, outside the race, so the race is between sessions, not cpuinfo.
-    type CpuinfoInit = unsafe extern "C" fn() -> bool;
-    // SAFETY: `bool cpuinfo_initialize(void)` (cpuinfo.h), loaded with XNNPACK.
-    let cpuinfo_initialize = unsafe { symbol::<CpuinfoInit>(handle, c"cpuinfo_initialize") };
-    if let Some(init) = cpuinfo_initialize {
+    if let Some(init) = xnn.cpuinfo_initialize {
         // SAFETY: idempotent and thread-safe; takes no arguments.
         unsafe { init() };
     }
-    // All five: each symbol is the XNNPACK function of that name, whose C signature
-    // (xnnpack.h, 2022-02-16) is the function-pointer type of the field it is stored in.
-    // SAFETY: each symbol has the C signature of the field that holds it.
-    unsafe {
-        Some(Xnn {
-            initialize: symbol(handle, c"xnn_initialize")?,
-            create_fc: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
-            setup_fc: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
-            run: symbol(handle, c"xnn_run_operator")?,
-            delete: symbol(handle, c"xnn_delete_operator")?,
-        })
-    }
+    Ok(xnn)
 }
 
-fn xnn() -> &'static Xnn {
+fn xnn() -> &'static Debian2022Api {
     XNN.get_or_init(load_xnnpack)
         .as_ref()
         .expect("XNNPACK is loaded before any scenario runs")
@@ -165,7 +93,7 @@ fn fully_connected(input: usize, output: usize, batch: usize) {
     let mut op: *mut c_void = core::ptr::null_mut();
     // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer.
     let status = unsafe {
-        (xnn.create_fc)(
+        (xnn.create_fully_connected_nc_f32)(
             input,
             output,
             input,
@@ -187,11 +115,17 @@ fn fully_connected(input: usize, output: usize, batch: usize) {
     // SAFETY: op is live; x holds batch*input floats plus XNN_EXTRA_BYTES, y batch*output.
     unsafe {
         assert_eq!(
-            (xnn.setup_fc)(op, batch, x.as_ptr(), y.as_mut_ptr(), core::ptr::null_mut()),
+            (xnn.setup_fully_connected_nc_f32)(
+                op,
+                batch,
+                x.as_ptr(),
+                y.as_mut_ptr(),
+                core::ptr::null_mut()
+            ),
             0
         );
         assert_eq!(
-            (xnn.run)(op, core::ptr::null_mut()),
+            (xnn.run_operator)(op, core::ptr::null_mut()),
             XNN_STATUS_SUCCESS,
             "xnn_run_operator"
         );
@@ -203,7 +137,7 @@ fn fully_connected(input: usize, output: usize, batch: usize) {
         );
     }
     // SAFETY: op is live and not used again.
-    let status = unsafe { (xnn.delete)(op) };
+    let status = unsafe { (xnn.delete_operator)(op) };
     assert_eq!(status, XNN_STATUS_SUCCESS, "xnn_delete_operator");
 }
 
@@ -256,7 +190,7 @@ fn keepalloc_scenario(failures: u32) {
     let mut early = core::ptr::null_mut();
     // SAFETY: a create before initialization only returns a status.
     let status = unsafe {
-        (xnn().create_fc)(
+        (xnn().create_fully_connected_nc_f32)(
             4,
             4,
             4,
@@ -432,10 +366,9 @@ fn bookkeeping_owners(out: &std::process::Output) -> Option<u64> {
 #[test]
 fn xnnpack_through_ffi() {
     if let Ok(scenario) = std::env::var(SCENARIO_ENV) {
-        assert!(
-            XNN.get_or_init(load_xnnpack).is_some(),
-            "XNNPACK did not load in the child"
-        );
+        if let Err(e) = XNN.get_or_init(load_xnnpack) {
+            panic!("XNNPACK did not load in the child: {e}");
+        }
         match scenario.as_str() {
             "keepalloc-once" => keepalloc_scenario(0),
             "keepalloc-retry" => keepalloc_scenario(3),
@@ -445,10 +378,10 @@ fn xnnpack_through_ffi() {
         return;
     }
 
-    if XNN.get_or_init(load_xnnpack).is_none() {
+    if let Err(e) = XNN.get_or_init(load_xnnpack) {
         not_run(
             "xnnpack_through_ffi",
-            "libXNNPACK.so could not be loaded: install libxnnpack-dev",
+            &format!("{e}: install libxnnpack-dev"),
         );
         return;
     }

@@ -1,7 +1,7 @@
-//! Links XNNPACK, OpenBLAS and pthreadpool when their shared libraries are installed
-//! (Debian's `libxnnpack-dev`, `libopenblas-dev` and `libpthreadpool-dev`), and sets
-//! `have_xnnpack` / `have_openblas` / `have_pthreadpool` so the benchmark can say "skipped"
-//! instead of failing to link where they are not.
+//! Links OpenBLAS and pthreadpool when their shared libraries are installed (Debian's
+//! `libopenblas-dev` and `libpthreadpool-dev`), and sets `have_openblas` / `have_pthreadpool`
+//! so the benchmark can say "skipped" instead of failing to link where they are not. Debian's
+//! XNNPACK is not linked: keepalloc-xnnpack opens it at run time (`peers::xnnpack`).
 
 use std::path::Path;
 
@@ -20,13 +20,11 @@ fn find(lib: &str) -> Option<&'static str> {
 }
 
 fn main() {
-    println!("cargo:rustc-check-cfg=cfg(have_xnnpack)");
     println!("cargo:rustc-check-cfg=cfg(have_openblas)");
     println!("cargo:rustc-check-cfg=cfg(have_pthreadpool)");
     println!("cargo:rerun-if-env-changed=KEEPALLOC_BENCH_NO_PEERS");
     let no_peers = std::env::var_os("KEEPALLOC_BENCH_NO_PEERS").is_some();
     for (lib, cfg) in [
-        ("XNNPACK", "have_xnnpack"),
         ("openblas", "have_openblas"),
         // Debian's libpthreadpool-dev: the T-thread pools of `--threads T`.
         ("pthreadpool", "have_pthreadpool"),

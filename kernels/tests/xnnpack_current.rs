@@ -8,24 +8,20 @@
 //! their absence is a failure.
 
 mod common;
-#[path = "../bench/src/xnn_current.rs"]
-mod xnn_current;
-
-use std::path::Path;
 
 use common::Rng;
 use common::lowp::{Kind, LCase};
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::quantize_qd8;
-use xnn_current::{Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Xnn};
+use keepalloc_xnnpack::current::{Bf16Fc, F32Qc8wFc, Geometry, Library, Qd8Fc};
 
 static BACKEND: System = System;
 static TABLE: AllocatorTable = AllocatorTable::for_allocator(&BACKEND);
 
-fn library() -> Option<&'static Xnn> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    match xnn_current::find_library(workspace) {
-        Some(path) => Some(Xnn::load(&path).unwrap_or_else(|e| panic!("{e}"))),
+fn library() -> Option<&'static Library> {
+    match keepalloc_testkit::runtimes::executorch_xnnpack() {
+        // SAFETY: the pinned executorch 1.5.1 wheel's XNNPACK backend, a 2026 XNNPACK whose constructors only initialize it; or the file KEEPALLOC_XNNPACK_CURRENT names, which whoever sets it vouches for.
+        Some(path) => Some(unsafe { Library::load(&path) }.unwrap_or_else(|e| panic!("{e}"))),
         None => {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),

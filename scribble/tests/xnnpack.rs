@@ -13,11 +13,12 @@
 //!   XNNPACK's read of the freed operator, and the report's free stack is
 //!   `xnn_delete_operator`'s.
 //!
-//! Driven from Rust through FFI (the C library's `keepalloc_acquire` is not yet wired to the
-//! run-time Scribble backend; see `capi/src/scribble.rs`).
+//! Driven from Rust through keepalloc-xnnpack's raw entry points (`Debian2022Api`; the C
+//! library's `keepalloc_acquire` is not yet wired to the run-time Scribble backend; see
+//! `capi/src/scribble.rs`).
 
 use core::alloc::Layout;
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::c_void;
 use core::ptr::NonNull;
 use std::process::Output;
 
@@ -25,74 +26,18 @@ use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_scribble::{Scribble, ScribbleConfig, exit};
 use keepalloc_testkit::{describe, not_run, rerun};
+use keepalloc_xnnpack::{Debian2022Api, XnnStatus, XnnpackError};
 
 const CHILD: &str = "KEEPALLOC_SCRIBBLE_XNN_CHILD";
 
-unsafe extern "C" {
-    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
-const RTLD_NOW: c_int = 2;
-
-type XnnStatus = c_int;
-
-/// The XNNPACK functions used (signatures from Debian's `xnnpack.h`).
-struct Xnn {
-    initialize: unsafe extern "C" fn(*const AllocatorTable) -> XnnStatus,
-    create_fc: unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const f32,
-        *const f32,
-        f32,
-        f32,
-        u32,
-        *mut *mut c_void,
-    ) -> XnnStatus,
-    setup_fc:
-        unsafe extern "C" fn(*mut c_void, usize, *const f32, *mut f32, *mut c_void) -> XnnStatus,
-    run: unsafe extern "C" fn(*mut c_void, *mut c_void) -> XnnStatus,
-    delete: unsafe extern "C" fn(*mut c_void) -> XnnStatus,
-    create_sigmoid: unsafe extern "C" fn(usize, usize, usize, u32, *mut *mut c_void) -> XnnStatus,
-    setup_sigmoid:
-        unsafe extern "C" fn(*mut c_void, usize, *const f32, *mut f32, *mut c_void) -> XnnStatus,
-}
-
-/// # Safety
-/// `handle` came from a successful `dlopen`, and the C function `name` has the signature `F`
-/// (an `unsafe extern "C" fn` type).
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &core::ffi::CStr) -> Option<F> {
-    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
-    let p = unsafe { dlsym(handle, name.as_ptr()) };
-    // SAFETY: a non-NULL function address of signature `F` (caller's promise), pointer-sized.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
-}
-
-fn load() -> Option<Xnn> {
-    let handle = [c"libXNNPACK.so.0", c"libXNNPACK.so"]
-        .into_iter()
-        // SAFETY: dlopen with a NUL-terminated name; a missing library returns NULL.
-        .map(|name| unsafe { dlopen(name.as_ptr(), RTLD_NOW) })
-        .find(|h| !h.is_null())?;
-    // SAFETY: each symbol is the XNNPACK function of that name, with the field's signature.
-    unsafe {
-        Some(Xnn {
-            initialize: symbol(handle, c"xnn_initialize")?,
-            create_fc: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
-            setup_fc: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
-            run: symbol(handle, c"xnn_run_operator")?,
-            delete: symbol(handle, c"xnn_delete_operator")?,
-            create_sigmoid: symbol(handle, c"xnn_create_sigmoid_nc_f32")?,
-            setup_sigmoid: symbol(handle, c"xnn_setup_sigmoid_nc_f32")?,
-        })
-    }
+/// Debian's XNNPACK (keepalloc-xnnpack's entry points), or why it did not load.
+fn load() -> Result<Debian2022Api, XnnpackError> {
+    // SAFETY: libxnnpack-dev's libXNNPACK.so.0 is Debian's 2022 XNNPACK, whose constructors are safe to run here.
+    unsafe { Debian2022Api::load_installed() }
 }
 
 /// The child's process-wide guarded heap and XNNPACK initialized on its table.
-fn child_setup() -> (&'static Scribble<System>, Xnn) {
+fn child_setup() -> (&'static Scribble<System>, Debian2022Api) {
     let spec = std::env::var(CHILD).expect("run as a child of another test");
     let config = ScribbleConfig::from_env_spec(&spec).expect("valid spec");
     let heap: &'static Scribble<System> = Box::leak(Box::new(Scribble::new(System, config)));
@@ -109,7 +54,13 @@ fn floats(heap: &Scribble<System>, count: usize) -> (NonNull<f32>, Layout) {
     (heap.allocate(layout).unwrap().cast(), layout)
 }
 
-fn fully_connected(heap: &Scribble<System>, xnn: &Xnn, input: usize, output: usize, batch: usize) {
+fn fully_connected(
+    heap: &Scribble<System>,
+    xnn: &Debian2022Api,
+    input: usize,
+    output: usize,
+    batch: usize,
+) {
     let value = |i: usize, seed: usize| ((i * 7 + seed * 13) % 17) as f32 / 8.0 - 1.0;
     let (x, xl) = floats(heap, batch * input);
     let (y, yl) = floats(heap, batch * output);
@@ -123,7 +74,7 @@ fn fully_connected(heap: &Scribble<System>, xnn: &Xnn, input: usize, output: usi
     let mut op: *mut c_void = core::ptr::null_mut();
     // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer; x holds batch*input floats followed by the guarded block's 16 readable bytes of slack (XNN_EXTRA_BYTES), y batch*output floats.
     unsafe {
-        let status = (xnn.create_fc)(
+        let status = (xnn.create_fully_connected_nc_f32)(
             input,
             output,
             input,
@@ -137,10 +88,16 @@ fn fully_connected(heap: &Scribble<System>, xnn: &Xnn, input: usize, output: usi
         );
         assert_eq!(status, 0, "create");
         assert_eq!(
-            (xnn.setup_fc)(op, batch, x.as_ptr(), y.as_ptr(), core::ptr::null_mut()),
+            (xnn.setup_fully_connected_nc_f32)(
+                op,
+                batch,
+                x.as_ptr(),
+                y.as_ptr(),
+                core::ptr::null_mut()
+            ),
             0
         );
-        assert_eq!((xnn.run)(op, core::ptr::null_mut()), 0, "run");
+        assert_eq!((xnn.run_operator)(op, core::ptr::null_mut()), 0, "run");
     }
     // SAFETY: y holds batch*output floats, written by the run.
     let ys = unsafe { core::slice::from_raw_parts(y.as_ptr(), batch * output) };
@@ -159,14 +116,14 @@ fn fully_connected(heap: &Scribble<System>, xnn: &Xnn, input: usize, output: usi
     }
     // SAFETY: op is live and not used again; x and y are live blocks of `heap`.
     unsafe {
-        assert_eq!((xnn.delete)(op), 0, "delete");
+        assert_eq!((xnn.delete_operator)(op), 0, "delete");
         heap.deallocate(x.cast(), xl);
         heap.deallocate(y.cast(), yl);
     }
 }
 
 /// `y = sigmoid(x)` over `batch` rows of `channels`, input and output guarded and exact.
-fn sigmoid(heap: &Scribble<System>, xnn: &Xnn, channels: usize, batch: usize) {
+fn sigmoid(heap: &Scribble<System>, xnn: &Debian2022Api, channels: usize, batch: usize) {
     let (x, xl) = floats(heap, batch * channels);
     let (y, yl) = floats(heap, batch * channels);
     // SAFETY: `x` holds batch*channels floats.
@@ -178,14 +135,14 @@ fn sigmoid(heap: &Scribble<System>, xnn: &Xnn, channels: usize, batch: usize) {
     // SAFETY: as in `fully_connected`.
     unsafe {
         assert_eq!(
-            (xnn.create_sigmoid)(channels, channels, channels, 0, &mut op),
+            (xnn.create_sigmoid_nc_f32)(channels, channels, channels, 0, &mut op),
             0
         );
         assert_eq!(
-            (xnn.setup_sigmoid)(op, batch, x.as_ptr(), y.as_ptr(), core::ptr::null_mut()),
+            (xnn.setup_sigmoid_nc_f32)(op, batch, x.as_ptr(), y.as_ptr(), core::ptr::null_mut()),
             0
         );
-        assert_eq!((xnn.run)(op, core::ptr::null_mut()), 0, "run");
+        assert_eq!((xnn.run_operator)(op, core::ptr::null_mut()), 0, "run");
     }
     // SAFETY: y holds batch*channels floats, written by the run.
     let ys = unsafe { core::slice::from_raw_parts(y.as_ptr(), batch * channels) };
@@ -195,7 +152,7 @@ fn sigmoid(heap: &Scribble<System>, xnn: &Xnn, channels: usize, batch: usize) {
     }
     // SAFETY: op is live and not used again; x and y are live blocks of `heap`.
     unsafe {
-        assert_eq!((xnn.delete)(op), 0, "delete");
+        assert_eq!((xnn.delete_operator)(op), 0, "delete");
         heap.deallocate(x.cast(), xl);
         heap.deallocate(y.cast(), yl);
     }
@@ -227,9 +184,14 @@ fn child_fully_connected() {
 }
 
 #[inline(never)]
-fn use_deleted_operator(xnn: &Xnn, op: *mut c_void, x: *const f32, y: *mut f32) -> XnnStatus {
+fn use_deleted_operator(
+    xnn: &Debian2022Api,
+    op: *mut c_void,
+    x: *const f32,
+    y: *mut f32,
+) -> XnnStatus {
     // SAFETY: none: `op` was deleted; this setup is the use after free under test.
-    unsafe { (xnn.setup_fc)(op, 2, x, y, core::ptr::null_mut()) }
+    unsafe { (xnn.setup_fully_connected_nc_f32)(op, 2, x, y, core::ptr::null_mut()) }
 }
 
 #[test]
@@ -242,20 +204,31 @@ fn child_use_after_delete() {
     let mut op: *mut c_void = core::ptr::null_mut();
     // SAFETY: as in `fully_connected`; the operator is deleted once.
     unsafe {
-        let status = (xnn.create_fc)(4, 8, 4, 8, w.as_ptr(), b.as_ptr(), -1.0, 1.0, 0, &mut op);
+        let status = (xnn.create_fully_connected_nc_f32)(
+            4,
+            8,
+            4,
+            8,
+            w.as_ptr(),
+            b.as_ptr(),
+            -1.0,
+            1.0,
+            0,
+            &mut op,
+        );
         assert_eq!(status, 0);
-        assert_eq!((xnn.delete)(op), 0);
+        assert_eq!((xnn.delete_operator)(op), 0);
     }
     let status = use_deleted_operator(&xnn, op, x.as_ptr(), y.as_ptr());
     println!("use of a deleted operator unseen: status {status}");
 }
 
 fn xnnpack_available() -> bool {
-    if load().is_none() {
+    if let Err(e) = load() {
         // CI installs libxnnpack-dev: there a missing library is a failure, not a skip.
         not_run(
             "scribble's XNNPACK tests",
-            "libXNNPACK.so could not be loaded: install libxnnpack-dev",
+            &format!("{e}: install libxnnpack-dev"),
         );
         return false;
     }

@@ -137,6 +137,19 @@ pub fn load() -> Result<Runtimes, String> {
     })
 }
 
+/// ExecuTorch's XNNPACK backend (the current XNNPACK) if it is already here, never fetching:
+/// `$KEEPALLOC_XNNPACK_CURRENT` if set, else the manifest's path when that file exists. The
+/// kernels' comparisons use it, so a machine without the wheels runs the rest.
+pub fn executorch_xnnpack() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KEEPALLOC_XNNPACK_CURRENT") {
+        return Some(PathBuf::from(p));
+    }
+    let text = fs::read_to_string(manifest_path()).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let path = PathBuf::from(v["executorch"]["xnnpack_backend"].as_str()?);
+    path.is_file().then_some(path)
+}
+
 /// The runtimes for a test: read from the manifest, or fetched now if they are not there yet
 /// (once per process, under a file lock shared with other test binaries). `None` after
 /// reporting `test` as not run when they cannot be had; under `CI=true` that panics instead.

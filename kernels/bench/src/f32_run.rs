@@ -12,7 +12,7 @@ use crate::stats::{Paired, verdict_lines};
 use crate::table::{Cell, Row};
 use crate::timing::median_gflops;
 use crate::verify::check;
-use crate::{chart, peers, probe, workspace_dir, xnn_current};
+use crate::{chart, peers, probe};
 
 /// Why current XNNPACK (the executorch wheel's) was skipped, when it was asked for and was.
 pub(crate) fn current_xnnpack_missing(rows: &[Row], libs: &[Lib]) -> Option<String> {
@@ -124,7 +124,7 @@ pub(crate) fn run_f32(o: &Options) -> (ExitCode, serde_json::Value) {
     if let Some(path) = rows
         .first()
         .filter(|r| r.of(Lib::XnnpackCurrent).is_some())
-        .and_then(|_| xnn_current::find_library(&workspace_dir()))
+        .and_then(|_| keepalloc_testkit::runtimes::executorch_xnnpack())
     {
         println!(
             "XNNPACK-2026: current XNNPACK, {} (Debian's 2022 build is `XNNPACK`)",

@@ -13,7 +13,6 @@
 //! has no column.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::Duration;
 
 use keepalloc_kernels::{
@@ -21,12 +20,12 @@ use keepalloc_kernels::{
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
     FullyConnectedQd8F32Qc8wDesc, Parallel, ThreadPool, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
+use keepalloc_xnnpack::current::{Bf16Fc, F32Qc8wFc, Geometry, Library, Qd8Fc, Qd8Subgraph};
 
 use crate::onednn::{self, Matmul, OneDnn, Quantizer, Weights};
 use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
 use crate::stats::{Measured, paired_ratio};
-use crate::xnn_current::{self, Bf16Fc, F32Qc8wFc, Geometry, Qd8Fc, Qd8Subgraph, Xnn};
 
 /// A low-precision operator kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,7 +246,7 @@ fn runner<'a>(
     kind: Kind,
     lib: Lib,
     d: &'a Data,
-    xnn: Option<&'static Xnn>,
+    xnn: Option<&'static Library>,
     pool: Option<&'a ThreadPool>,
 ) -> Result<Runner<'a>, String> {
     let threads = pool.map_or(1, |p| p.threads());
@@ -474,20 +473,13 @@ pub fn run(
     } else {
         None
     };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let xnn = match xnn_current::find_library(&workspace) {
-        Some(path) => match Xnn::load(&path) {
-            Ok(x) => {
-                println!("current XNNPACK: {}", x.path.display());
-                Some(x)
-            }
-            Err(e) => {
-                println!("current XNNPACK: {e}");
-                None
-            }
-        },
-        None => {
-            println!("current XNNPACK: not found (run `cargo xtask runtimes`)");
+    let xnn = match crate::peers::xnnpack_current() {
+        Ok(x) => {
+            println!("current XNNPACK: {}", x.path().display());
+            Some(x)
+        }
+        Err(e) => {
+            println!("current XNNPACK: {e}");
             None
         }
     };

@@ -29,7 +29,6 @@ mod table;
 mod threads;
 mod timing;
 mod verify;
-mod xnn_current;
 
 use std::process::ExitCode;
 
@@ -134,9 +133,4 @@ fn main() -> ExitCode {
         }
     }
     code
-}
-
-/// The workspace root (where `cargo xtask runtimes` writes `target/runtimes/`).
-pub(crate) fn workspace_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

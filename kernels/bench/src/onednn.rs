@@ -16,8 +16,9 @@ use core::ffi::{CStr, c_char, c_int, c_void};
 use std::ffi::CString;
 use std::path::Path;
 
+use keepalloc_xnnpack::ffi::{dl_error, symbol};
+
 use crate::peers::Aligned;
-use crate::xnn_current::{dl_error, symbol};
 
 type Status = c_int;
 type Handle = *mut c_void;

@@ -4,6 +4,7 @@
 
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc};
+use keepalloc_xnnpack::current::{F32Fc, Geometry, Library};
 
 /// A buffer of `len` values whose first one is 64-byte aligned: how a runtime hands tensors
 /// to its kernels (ONNX Runtime's CPU allocator aligns to MLAS's preferred buffer alignment,
@@ -123,7 +124,8 @@ impl Data {
 pub enum Lib {
     Keepalloc,
     Xnnpack,
-    /// Current XNNPACK: the executorch 1.5.1 wheel's, loaded with `dlmopen` (`xnn_current`).
+    /// Current XNNPACK: the executorch 1.5.1 wheel's, loaded with `dlmopen`
+    /// (`keepalloc_xnnpack::current`).
     XnnpackCurrent,
     OpenBlas,
     MatrixMultiply,
@@ -164,6 +166,18 @@ impl Lib {
     }
 }
 
+/// Current XNNPACK for a comparison: found (`keepalloc_testkit::runtimes::executorch_xnnpack`)
+/// and loaded once, or a sentence saying why not.
+pub(crate) fn xnnpack_current() -> Result<&'static Library, String> {
+    let path = keepalloc_testkit::runtimes::executorch_xnnpack().ok_or_else(|| {
+        "not found: run `cargo xtask runtimes` (it fetches the executorch 1.5.1 wheel and \
+         writes target/runtimes/runtimes.json; KEEPALLOC_XNNPACK_CURRENT overrides the path)"
+            .to_string()
+    })?;
+    // SAFETY: the pinned executorch 1.5.1 wheel's XNNPACK backend (hash-checked when fetched), a 2026 XNNPACK whose constructors only initialize it; or the file KEEPALLOC_XNNPACK_CURRENT names, which whoever sets it vouches for.
+    unsafe { Library::load(&path) }.map_err(|e| e.to_string())
+}
+
 /// The timed closure of one library.
 pub type Runner<'a> = Box<dyn FnMut(&mut [f32]) + 'a>;
 
@@ -186,13 +200,13 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
         }
         Lib::Xnnpack => xnnpack::runner(d, core::ptr::null_mut()),
         Lib::XnnpackCurrent => {
-            let xnn = crate::xnn_current::current(&crate::workspace_dir())?;
-            let g = crate::xnn_current::Geometry {
+            let xnn = xnnpack_current()?;
+            let g = Geometry {
                 k: d.k,
                 n: d.n,
                 m: d.m,
             };
-            let mut op = crate::xnn_current::F32Fc::new(xnn, g, &d.w, &d.bias)?;
+            let mut op = F32Fc::new(xnn, g, &d.w, &d.bias)?;
             Ok(Box::new(move |out| {
                 op.run(&d.x, out).expect("current XNNPACK run")
             }))
@@ -249,63 +263,51 @@ pub fn runner(lib: Lib, d: &Data) -> Result<Runner<'_>, String> {
     }
 }
 
-#[cfg(have_xnnpack)]
+/// Debian's 2022 XNNPACK, the `XNNPACK` column: keepalloc-xnnpack's entry points of
+/// libxnnpack-dev's library (`dlopen`, never linked: a machine without it skips the column).
 pub(crate) mod xnnpack {
     use core::ffi::c_void;
     use core::ptr;
+    use std::sync::OnceLock;
+
+    use keepalloc_xnnpack::{Debian2022Api, XNN_STATUS_SUCCESS};
 
     use super::{Data, Runner};
 
-    type Status = u32;
-    const SUCCESS: Status = 0;
-
-    // The 2022-02-16 signatures from /usr/include/xnnpack.h.
-    unsafe extern "C" {
-        fn xnn_initialize(allocator: *const c_void) -> Status;
-        fn xnn_create_fully_connected_nc_f32(
-            input_channels: usize,
-            output_channels: usize,
-            input_stride: usize,
-            output_stride: usize,
-            kernel: *const f32,
-            bias: *const f32,
-            output_min: f32,
-            output_max: f32,
-            flags: u32,
-            op_out: *mut *mut c_void,
-        ) -> Status;
-        fn xnn_setup_fully_connected_nc_f32(
-            op: *mut c_void,
-            batch_size: usize,
-            input: *const f32,
-            output: *mut f32,
-            threadpool: *mut c_void,
-        ) -> Status;
-        fn xnn_run_operator(op: *mut c_void, threadpool: *mut c_void) -> Status;
-        fn xnn_delete_operator(op: *mut c_void) -> Status;
+    /// The entry points, loaded once, or why the column is skipped.
+    fn api() -> Result<&'static Debian2022Api, String> {
+        static API: OnceLock<Result<Debian2022Api, String>> = OnceLock::new();
+        API.get_or_init(|| {
+            // SAFETY: libxnnpack-dev's libXNNPACK.so.0 is Debian's 2022 XNNPACK, whose constructors are safe to run here.
+            unsafe { Debian2022Api::load_installed() }
+                .map_err(|e| format!("skipped (libxnnpack-dev not installed: {e})"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
     }
 
-    struct Op(*mut c_void);
+    struct Op(&'static Debian2022Api, *mut c_void);
 
     impl Drop for Op {
         fn drop(&mut self) {
             // SAFETY: a live operator from xnn_create_*, deleted once.
-            unsafe { xnn_delete_operator(self.0) };
+            unsafe { (self.0.delete_operator)(self.1) };
         }
     }
 
     /// Debian's 2022 XNNPACK on `pool` (a pthreadpool, or NULL for the calling thread). The
     /// single-thread bench and `--threads T` share it.
     pub fn runner(d: &Data, pool: *mut c_void) -> Result<Runner<'_>, String> {
+        let xnn = api()?;
         // SAFETY: NULL selects XNNPACK's default allocator; repeated calls are allowed.
-        let status = unsafe { xnn_initialize(ptr::null()) };
-        if status != SUCCESS {
+        let status = unsafe { (xnn.initialize)(ptr::null()) };
+        if status != XNN_STATUS_SUCCESS {
             return Err(format!("xnn_initialize failed: status {status}"));
         }
         let mut raw = ptr::null_mut();
         // SAFETY: the weights are n × k and the bias n floats; both are copied (packed).
         let status = unsafe {
-            xnn_create_fully_connected_nc_f32(
+            (xnn.create_fully_connected_nc_f32)(
                 d.k,
                 d.n,
                 d.k,
@@ -318,12 +320,12 @@ pub(crate) mod xnnpack {
                 &mut raw,
             )
         };
-        if status != SUCCESS {
+        if status != XNN_STATUS_SUCCESS {
             return Err(format!(
                 "xnn_create_fully_connected_nc_f32 failed: status {status}"
             ));
         }
-        let op = Op(raw);
+        let op = Op(xnn, raw);
         let mut bound: *mut f32 = ptr::null_mut();
         Ok(Box::new(move |out: &mut [f32]| {
             // Capture the whole `Op` (not just its Copy pointer field), so the operator is
@@ -333,25 +335,19 @@ pub(crate) mod xnnpack {
                 bound = out.as_mut_ptr();
                 // X holds m rows of k floats plus XNN_EXTRA_BYTES of slack; out holds
                 // m × n floats and stays alive while the operator runs on it.
-                // SAFETY: x and out hold what the operator reads and writes, and outlive the run; `pool` is NULL or a live pthreadpool.
+                // SAFETY: x and out hold what the operator reads and writes, and outlive the run; `pool` is NULL or a live pthreadpool (Debian's, the library XNNPACK itself loads).
                 let status = unsafe {
-                    xnn_setup_fully_connected_nc_f32(op.0, d.m, d.x.as_ptr(), bound, pool)
+                    (xnn.setup_fully_connected_nc_f32)(op.1, d.m, d.x.as_ptr(), bound, pool)
                 };
-                assert_eq!(status, SUCCESS, "xnn_setup_fully_connected_nc_f32");
+                assert_eq!(
+                    status, XNN_STATUS_SUCCESS,
+                    "xnn_setup_fully_connected_nc_f32"
+                );
             }
             // SAFETY: the operator was set up on this output buffer, with this `pool`.
-            let status = unsafe { xnn_run_operator(op.0, pool) };
-            assert_eq!(status, SUCCESS, "xnn_run_operator");
+            let status = unsafe { (xnn.run_operator)(op.1, pool) };
+            assert_eq!(status, XNN_STATUS_SUCCESS, "xnn_run_operator");
         }))
-    }
-}
-
-#[cfg(not(have_xnnpack))]
-pub(crate) mod xnnpack {
-    use super::{Data, Runner};
-
-    pub fn runner(_: &Data, _: *mut core::ffi::c_void) -> Result<Runner<'_>, String> {
-        Err("skipped (libxnnpack-dev not installed)".into())
     }
 }
 

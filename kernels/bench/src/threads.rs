@@ -18,11 +18,11 @@
 
 use core::ffi::c_void;
 use std::fmt::Write as _;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel, ThreadPool};
+use keepalloc_xnnpack::current::{F32Fc, Geometry, Library, Threadpool};
 
 use crate::peers::{Aligned, Data, Runner};
 use crate::stats::{Measured, Paired, paired_ratio};
@@ -332,7 +332,7 @@ pub fn run(
         }
     }
     if let Ok(c) = &pools.current {
-        println!("XNNPACK-2026: {}", c.xnn.path.display());
+        println!("XNNPACK-2026: {}", c.xnn.path().display());
     }
     let json = to_json(&rows, threads, &isa, &probe, &cpus);
     if wrong.is_empty() {
@@ -583,19 +583,18 @@ impl Parallel for PthreadPool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Current XNNPACK (the executorch wheel's, in its own namespace: `xnn_current`) on a
-// T-thread pthreadpool of its own.
+// Current XNNPACK (the executorch wheel's, in its own namespace: `keepalloc_xnnpack::current`)
+// on a T-thread pthreadpool of its own.
 
 struct Current {
-    xnn: &'static crate::xnn_current::Xnn,
+    xnn: &'static Library,
     /// The library's own pthreadpool (never destroyed: the process ends first).
-    pool: *mut c_void,
+    pool: Threadpool,
 }
 
 impl Current {
     fn load(threads: usize) -> Result<&'static Current, String> {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let xnn = crate::xnn_current::current(&workspace).map_err(|e| format!("skipped ({e})"))?;
+        let xnn = crate::peers::xnnpack_current().map_err(|e| format!("skipped ({e})"))?;
         Ok(Box::leak(Box::new(Current {
             xnn,
             pool: xnn.threadpool(threads)?,
@@ -603,12 +602,12 @@ impl Current {
     }
 
     fn runner<'a>(&self, d: &'a Data) -> Result<Runner<'a>, String> {
-        let g = crate::xnn_current::Geometry {
+        let g = Geometry {
             k: d.k,
             n: d.n,
             m: d.m,
         };
-        let mut fc = crate::xnn_current::F32Fc::with_pool(self.xnn, g, &d.w, &d.bias, self.pool)?;
+        let mut fc = F32Fc::with_pool(self.xnn, g, &d.w, &d.bias, Some(self.pool))?;
         Ok(Box::new(move |out: &mut [f32]| {
             fc.run(&d.x, out).expect("current XNNPACK f32 run")
         }))

@@ -21,10 +21,19 @@
 //! header it was built from ([`Generation`]): Debian's 2022 snapshot and the current
 //! (2025-06 onwards) API differ in `xnn_create_fully_connected_nc_f32` and in the
 //! reshape/setup split, and calling one with the other's signature is undefined behaviour.
+//!
+//! XNNPACK's C API is declared here once, for this crate and for the workspace's tests and
+//! benchmark: [`ffi`] (the loader calls, constants and each header's function types),
+//! [`Debian2022Api`] (Debian's library as raw entry points, for tests that drive XNNPACK
+//! themselves) and [`current`] (the current library's f32, bf16 and int8 fully-connected
+//! operators and subgraph path, which keepalloc's kernels are measured against).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+pub mod current;
+mod debian2022;
 mod elf;
+pub mod ffi;
 mod library;
 
 use std::path::PathBuf;
@@ -33,11 +42,12 @@ use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_provider::{AllocatorHandle, GlobalProvider, InitError, ProviderError};
 
+pub use debian2022::Debian2022Api;
 pub use elf::{Interposition, interposition};
-pub use library::{
-    Generation, Namespace, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS, XNN_STATUS_UNINITIALIZED,
-    XnnStatus, Xnnpack,
+pub use ffi::{
+    Namespace, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS, XNN_STATUS_UNINITIALIZED, XnnStatus,
 };
+pub use library::{Generation, Xnnpack};
 
 /// What can go wrong loading or initializing XNNPACK.
 #[derive(Debug, thiserror::Error)]

@@ -1,33 +1,18 @@
 //! Loading an XNNPACK shared library and calling the few functions keepalloc needs, with the
 //! signatures of the XNNPACK version the library actually is.
 
-use core::ffi::{CStr, c_char, c_int, c_long, c_void};
+use core::ffi::{CStr, c_void};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 use keepalloc_allocators::AllocatorTable;
 
 use crate::XnnpackError;
-
-unsafe extern "C" {
-    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
-    fn dlmopen(lmid: c_long, filename: *const c_char, flags: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    fn dlerror() -> *const c_char;
-}
-const RTLD_NOW: c_int = 2;
-const RTLD_LOCAL: c_int = 0;
-/// glibc's `LM_ID_NEWLM`: a new link-map namespace.
-const LM_ID_NEWLM: c_long = -1;
-
-/// `enum xnn_status` (unchanged from 2022 to 2026): 0 is success.
-pub type XnnStatus = c_int;
-/// `xnn_status_success`.
-pub const XNN_STATUS_SUCCESS: XnnStatus = 0;
-/// `xnn_status_uninitialized`.
-pub const XNN_STATUS_UNINITIALIZED: XnnStatus = 1;
-/// `XNN_EXTRA_BYTES`, in floats: XNNPACK may read this far past the end of an input.
-pub const XNN_EXTRA_FLOATS: usize = 16 / size_of::<f32>();
+use crate::debian2022::Debian2022Api;
+use crate::ffi::{
+    self, DeleteOperator, Initialize, Namespace, RunOperator, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS,
+    XnnOperator, XnnStatus,
+};
 
 /// Which `xnnpack.h` the library was built from; the function signatures differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,59 +26,12 @@ pub enum Generation {
     Current,
 }
 
-/// How to load the library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Namespace {
-    /// `dlopen(RTLD_NOW | RTLD_LOCAL)`: shares the process's namespace (an already loaded copy
-    /// of the same file is reused).
-    Default,
-    /// `dlmopen(LM_ID_NEWLM)`: a private copy with its own globals, even if another copy is
-    /// loaded.
-    New,
-}
-
-type Initialize = unsafe extern "C" fn(*const AllocatorTable) -> XnnStatus;
-type CreateFc2022 = unsafe extern "C" fn(
-    usize,
-    usize,
-    usize,
-    usize,
-    *const f32,
-    *const f32,
-    f32,
-    f32,
-    u32,
-    *mut *mut c_void,
-) -> XnnStatus;
-type SetupFc2022 =
-    unsafe extern "C" fn(*mut c_void, usize, *const f32, *mut f32, *mut c_void) -> XnnStatus;
-type CreateFcCurrent = unsafe extern "C" fn(
-    usize,
-    usize,
-    usize,
-    usize,
-    *const f32,
-    *const f32,
-    f32,
-    f32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-) -> XnnStatus;
-type ReshapeFcCurrent = unsafe extern "C" fn(*mut c_void, usize, *mut c_void) -> XnnStatus;
-type SetupFcCurrent = unsafe extern "C" fn(*mut c_void, *const f32, *mut f32) -> XnnStatus;
-type RunOperator = unsafe extern "C" fn(*mut c_void, *mut c_void) -> XnnStatus;
-type DeleteOperator = unsafe extern "C" fn(*mut c_void) -> XnnStatus;
-
 enum FcApi {
-    Debian2022 {
-        create: CreateFc2022,
-        setup: SetupFc2022,
-    },
+    Debian2022(Debian2022Api),
     Current {
-        create: CreateFcCurrent,
-        reshape: ReshapeFcCurrent,
-        setup: SetupFcCurrent,
+        create: ffi::current::CreateFullyConnectedNcF32,
+        reshape: ffi::current::ReshapeFullyConnected,
+        setup: ffi::current::SetupFullyConnectedNcF32,
     },
 }
 
@@ -116,23 +54,44 @@ impl core::fmt::Debug for Xnnpack {
     }
 }
 
-/// Looks `name` up as a function pointer of type `F`.
+/// Loads `path` into `namespace` and checks that its exports are `generation`'s: a Current
+/// library must export `xnn_reshape_fully_connected_nc_f32`, a 2022 one must not, so a wrong
+/// generation is an error here, never a call with the wrong signature.
 ///
 /// # Safety
-/// `handle` is a live dlopen handle and the C function `name` has exactly the signature `F`.
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Result<F, XnnpackError> {
-    assert_eq!(
-        size_of::<F>(),
-        size_of::<*mut c_void>(),
-        "F is a function pointer"
-    );
-    // SAFETY: the caller's promise about `handle`; `name` is NUL-terminated.
-    let p = unsafe { dlsym(handle, name.as_ptr()) };
-    if p.is_null() {
-        return Err(XnnpackError::Missing(name.to_string_lossy().into_owned()));
+/// As [`Xnnpack::load`]: the library's constructors are safe to run in this process.
+pub(crate) unsafe fn open_library(
+    path: &Path,
+    generation: Generation,
+    namespace: Namespace,
+) -> Result<*mut c_void, XnnpackError> {
+    let name = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| XnnpackError::Load(path.to_path_buf(), "NUL in path".into()))?;
+    // SAFETY: the caller's promise about the constructors (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate exists to detect).
+    let handle = unsafe { ffi::open(&name, namespace) }
+        .map_err(|why| XnnpackError::Load(path.to_path_buf(), why))?;
+    // SAFETY: a live handle.
+    let has_reshape = unsafe { ffi::exports(handle, c"xnn_reshape_fully_connected_nc_f32") };
+    if has_reshape != (generation == Generation::Current) {
+        return Err(XnnpackError::Generation {
+            path: path.to_path_buf(),
+            expected: generation,
+        });
     }
-    // SAFETY: a non-NULL address of the function `name`, whose signature is `F` (the caller's promise); `F` is pointer-sized.
-    Ok(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
+    Ok(handle)
+}
+
+/// [`ffi::symbol`], a missing symbol being [`XnnpackError::Missing`].
+///
+/// # Safety
+/// As [`ffi::symbol`].
+pub(crate) unsafe fn required<F: Copy>(
+    handle: *mut c_void,
+    name: &CStr,
+) -> Result<F, XnnpackError> {
+    // SAFETY: the caller's promise.
+    unsafe { ffi::symbol(handle, name) }
+        .map_err(|_| XnnpackError::Missing(name.to_string_lossy().into_owned()))
 }
 
 impl Xnnpack {
@@ -156,58 +115,25 @@ impl Xnnpack {
         generation: Generation,
         namespace: Namespace,
     ) -> Result<&'static Xnnpack, XnnpackError> {
-        let name = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| XnnpackError::Load(path.to_path_buf(), "NUL in path".into()))?;
-        // SAFETY: NUL-terminated name; loading runs the library's constructors, which the caller promises are XNNPACK's (or its embedder's) and safe to run here (ExecuTorch's calls `xnn_initialize(NULL)`: the case this crate exists to detect).
-        let handle = unsafe {
-            match namespace {
-                Namespace::Default => dlopen(name.as_ptr(), RTLD_NOW | RTLD_LOCAL),
-                Namespace::New => dlmopen(LM_ID_NEWLM, name.as_ptr(), RTLD_NOW | RTLD_LOCAL),
-            }
-        };
-        if handle.is_null() {
-            // SAFETY: dlerror returns NULL or a NUL-terminated message.
-            let why = unsafe {
-                let e = dlerror();
-                if e.is_null() {
-                    "unknown error".to_string()
-                } else {
-                    CStr::from_ptr(e).to_string_lossy().into_owned()
-                }
-            };
-            return Err(XnnpackError::Load(path.to_path_buf(), why));
-        }
-        // A Current library must export `reshape`, a 2022 one must not: a wrong generation is
-        // an error here, never a call with the wrong signature.
-        let has_reshape =
-            // SAFETY: dlsym only looks the name up.
-            !unsafe { dlsym(handle, c"xnn_reshape_fully_connected_nc_f32".as_ptr()) }.is_null();
-        if has_reshape != (generation == Generation::Current) {
-            return Err(XnnpackError::Generation {
-                path: path.to_path_buf(),
-                expected: generation,
-            });
-        }
-        // SAFETY: (every symbol below) each is the XNNPACK function of that name (the caller's promise), whose C signature in the `xnnpack.h` of `generation` is the type it is stored as: `xnn_initialize(const struct xnn_allocator*)`, `xnn_run_operator(op, threadpool)` and `xnn_delete_operator(op)` are the same in both; the fully-connected functions are checked against Debian's 2022-02-16 header and google/XNNPACK's header from 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports functions added in 2026-03, so it is inside it).
+        // SAFETY: the caller's promise about the constructors.
+        let handle = unsafe { open_library(path, generation, namespace)? };
+        // SAFETY: (every symbol below) each is the XNNPACK function of that name (the caller's promise), whose C signature in the `xnnpack.h` of `generation` is the type it is stored as: `xnn_initialize`, `xnn_run_operator` and `xnn_delete_operator` are the same in both; the fully-connected functions are checked against Debian's 2022-02-16 header and google/XNNPACK's header from 2025-06 to 2026-08 (unchanged over that span; ExecuTorch 1.5.1's library exports functions added in 2026-03, so it is inside it).
         let fc = unsafe {
             match generation {
-                Generation::Debian2022 => FcApi::Debian2022 {
-                    create: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
-                    setup: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
-                },
+                Generation::Debian2022 => FcApi::Debian2022(Debian2022Api::from_handle(handle)?),
                 Generation::Current => FcApi::Current {
-                    create: symbol(handle, c"xnn_create_fully_connected_nc_f32")?,
-                    reshape: symbol(handle, c"xnn_reshape_fully_connected_nc_f32")?,
-                    setup: symbol(handle, c"xnn_setup_fully_connected_nc_f32")?,
+                    create: required(handle, c"xnn_create_fully_connected_nc_f32")?,
+                    reshape: required(handle, c"xnn_reshape_fully_connected_nc_f32")?,
+                    setup: required(handle, c"xnn_setup_fully_connected_nc_f32")?,
                 },
             }
         };
         // SAFETY: as above.
         let (initialize, run, delete) = unsafe {
             (
-                symbol(handle, c"xnn_initialize")?,
-                symbol(handle, c"xnn_run_operator")?,
-                symbol(handle, c"xnn_delete_operator")?,
+                required(handle, c"xnn_initialize")?,
+                required(handle, c"xnn_run_operator")?,
+                required(handle, c"xnn_delete_operator")?,
             )
         };
         Ok(Box::leak(Box::new(Xnnpack {
@@ -223,6 +149,15 @@ impl Xnnpack {
     /// Which header's signatures this library is called with.
     pub fn generation(&self) -> Generation {
         self.generation
+    }
+
+    /// The raw entry points of a [`Generation::Debian2022`] library (`None` for a current
+    /// one), for callers that drive XNNPACK's operators themselves.
+    pub fn debian2022(&self) -> Option<&Debian2022Api> {
+        match &self.fc {
+            FcApi::Debian2022(api) => Some(api),
+            FcApi::Current { .. } => None,
+        }
     }
 
     /// `xnn_initialize(table)`. XNNPACK keeps the first allocator it is given (NULL means
@@ -256,7 +191,7 @@ impl Xnnpack {
         let mut padded = x[..batch * input].to_vec();
         padded.resize(batch * input + XNN_EXTRA_FLOATS, 0.0);
         let mut y = vec![f32::NAN; batch * output];
-        let mut op: *mut c_void = core::ptr::null_mut();
+        let mut op: XnnOperator = core::ptr::null_mut();
         let null = core::ptr::null_mut();
         let check = |s: XnnStatus| {
             if s == XNN_STATUS_SUCCESS {
@@ -267,8 +202,8 @@ impl Xnnpack {
         };
         // SAFETY: `w` and `b` hold the sizes asserted above; `op` is a valid out-pointer; the signature matches the library's generation (checked at load).
         check(unsafe {
-            match self.fc {
-                FcApi::Debian2022 { create, .. } => create(
+            match &self.fc {
+                FcApi::Debian2022(api) => (api.create_fully_connected_nc_f32)(
                     input,
                     output,
                     input,
@@ -297,10 +232,14 @@ impl Xnnpack {
         })?;
         // SAFETY: `op` is live; `padded` holds batch*input floats plus XNN_EXTRA_BYTES and `y` batch*output; both outlive the run; no thread pool (NULL).
         let ran = unsafe {
-            match self.fc {
-                FcApi::Debian2022 { setup, .. } => {
-                    check(setup(op, batch, padded.as_ptr(), y.as_mut_ptr(), null))
-                }
+            match &self.fc {
+                FcApi::Debian2022(api) => check((api.setup_fully_connected_nc_f32)(
+                    op,
+                    batch,
+                    padded.as_ptr(),
+                    y.as_mut_ptr(),
+                    null,
+                )),
                 FcApi::Current { reshape, setup, .. } => check(reshape(op, batch, null))
                     .and_then(|()| check(setup(op, padded.as_ptr(), y.as_mut_ptr()))),
             }

@@ -1,0 +1,107 @@
+//! Debian's 2022 XNNPACK as raw entry points: what tests need to call it directly (an
+//! operator created before `xnn_initialize`, a deleted one set up again, inputs of their own
+//! allocation), where [`crate::Xnnpack`] offers only checked, allocating calls.
+
+use core::ffi::c_void;
+use std::path::Path;
+
+use crate::XnnpackError;
+use crate::ffi::{self, CpuinfoInitialize, DeleteOperator, Initialize, Namespace, RunOperator};
+use crate::library::{Generation, open_library, required};
+
+/// The entry points of an XNNPACK built from Debian's 2022-02-16 `xnnpack.h`
+/// ([`Generation::Debian2022`]), looked up by name; the library is never unloaded, so they
+/// stay valid for the life of the process.
+///
+/// Calling one is `unsafe`: its arguments must satisfy XNNPACK's contract for that function
+/// (the types are [`ffi`]'s and [`ffi::debian2022`]'s).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Debian2022Api {
+    /// `xnn_initialize`.
+    pub initialize: Initialize,
+    /// `xnn_create_fully_connected_nc_f32`.
+    pub create_fully_connected_nc_f32: ffi::debian2022::CreateFullyConnectedNcF32,
+    /// `xnn_setup_fully_connected_nc_f32`.
+    pub setup_fully_connected_nc_f32: ffi::debian2022::SetupFullyConnectedNcF32,
+    /// `xnn_create_sigmoid_nc_f32`.
+    pub create_sigmoid_nc_f32: ffi::debian2022::CreateSigmoidNcF32,
+    /// `xnn_setup_sigmoid_nc_f32`.
+    pub setup_sigmoid_nc_f32: ffi::debian2022::SetupSigmoidNcF32,
+    /// `xnn_run_operator`.
+    pub run_operator: RunOperator,
+    /// `xnn_delete_operator`.
+    pub delete_operator: DeleteOperator,
+    /// cpuinfo's `cpuinfo_initialize`, if the library or its dependencies export it: the
+    /// slow part of the first `xnn_initialize` (it reads /proc and /sys), which a test that
+    /// races initializations runs first.
+    pub cpuinfo_initialize: Option<CpuinfoInitialize>,
+}
+
+impl Debian2022Api {
+    /// The file names `libxnnpack-dev` installs, in the order [`Debian2022Api::load_installed`]
+    /// tries them.
+    pub const SONAMES: [&'static str; 2] = ["libXNNPACK.so.0", "libXNNPACK.so"];
+
+    /// Loads the XNNPACK at `path` (a file name is searched the usual way) and looks its
+    /// entry points up; a library that exports the current header's
+    /// `xnn_reshape_fully_connected_nc_f32` is refused ([`XnnpackError::Generation`]).
+    ///
+    /// # Safety
+    /// As for [`crate::Xnnpack::load`] with [`Generation::Debian2022`]: `path` is an XNNPACK
+    /// built from Debian's 2022-02-16 header (or fails to load or lacks a symbol), its
+    /// constructors are safe to run here, and the file is not changed while it is loaded.
+    pub unsafe fn load(path: &Path, namespace: Namespace) -> Result<Debian2022Api, XnnpackError> {
+        // SAFETY: the caller's promise.
+        let handle = unsafe { open_library(path, Generation::Debian2022, namespace)? };
+        // SAFETY: a live handle of a library with the 2022 header (the caller's promise).
+        unsafe { Debian2022Api::from_handle(handle) }
+    }
+
+    /// [`Debian2022Api::load`] of the first of [`Debian2022Api::SONAMES`] that loads, in the
+    /// default namespace (where a copy the process already linked is reused). When none
+    /// loads, the error is the first name's.
+    ///
+    /// # Safety
+    /// The system's `libXNNPACK.so.0` (or `libXNNPACK.so`) is Debian's 2022 XNNPACK, as
+    /// [`Debian2022Api::load`] requires.
+    pub unsafe fn load_installed() -> Result<Debian2022Api, XnnpackError> {
+        let mut first = None;
+        for name in Debian2022Api::SONAMES {
+            // SAFETY: the caller's promise about the installed library.
+            match unsafe { Debian2022Api::load(Path::new(name), Namespace::Default) } {
+                Err(e @ XnnpackError::Load(..)) => {
+                    first.get_or_insert(e);
+                }
+                other => return other,
+            }
+        }
+        Err(first.expect("SONAMES is not empty"))
+    }
+
+    /// Looks the entry points up in an open library.
+    ///
+    /// # Safety
+    /// `handle` is a live handle of an XNNPACK built from Debian's 2022-02-16 header.
+    pub(crate) unsafe fn from_handle(handle: *mut c_void) -> Result<Debian2022Api, XnnpackError> {
+        // SAFETY: (every symbol) each is the XNNPACK function of that name, whose C signature in Debian's 2022-02-16 xnnpack.h (quoted in `ffi::debian2022`; initialize, run and delete in `ffi`) is the type of the field it is stored in; cpuinfo_initialize is cpuinfo.h's.
+        unsafe {
+            Ok(Debian2022Api {
+                initialize: required(handle, c"xnn_initialize")?,
+                create_fully_connected_nc_f32: required(
+                    handle,
+                    c"xnn_create_fully_connected_nc_f32",
+                )?,
+                setup_fully_connected_nc_f32: required(
+                    handle,
+                    c"xnn_setup_fully_connected_nc_f32",
+                )?,
+                create_sigmoid_nc_f32: required(handle, c"xnn_create_sigmoid_nc_f32")?,
+                setup_sigmoid_nc_f32: required(handle, c"xnn_setup_sigmoid_nc_f32")?,
+                run_operator: required(handle, c"xnn_run_operator")?,
+                delete_operator: required(handle, c"xnn_delete_operator")?,
+                cpuinfo_initialize: ffi::symbol(handle, c"cpuinfo_initialize").ok(),
+            })
+        }
+    }
+}
