@@ -10,6 +10,7 @@
 pub mod crash;
 mod kernels;
 pub mod onnxruntime;
+mod xnnpack;
 
 #[cfg(feature = "explore-controls")]
 mod controls;
@@ -28,7 +29,13 @@ pub const SPEC_ENV: &str = "KEEPALLOC_FAIL";
 
 /// The targets this build has.
 pub fn targets() -> Vec<&'static str> {
-    let mut t = vec!["kernels", "onnxruntime"];
+    let mut t = vec![
+        "xnnpack-fc",
+        "xnnpack-conv",
+        "xnnpack-subgraph",
+        "kernels",
+        "onnxruntime",
+    ];
     if cfg!(feature = "explore-controls") {
         t.extend(["control-leak", "control-null"]);
     }
@@ -49,6 +56,9 @@ pub fn run(target: &str) -> Result<Outcome, String> {
     match target {
         "kernels" => Ok(kernels::run(&TABLE)),
         "onnxruntime" => onnxruntime::run(),
+        "xnnpack-fc" => xnnpack::fc(&TABLE),
+        "xnnpack-conv" => xnnpack::conv(&TABLE),
+        "xnnpack-subgraph" => xnnpack::subgraph(&TABLE),
         #[cfg(feature = "explore-controls")]
         "control-leak" => Ok(controls::leak(&TABLE)),
         #[cfg(feature = "explore-controls")]

@@ -32,6 +32,32 @@ pub struct Debian2022Api {
     pub run_operator: RunOperator,
     /// `xnn_delete_operator`.
     pub delete_operator: DeleteOperator,
+    /// `xnn_create_convolution2d_nhwc_f32`.
+    pub create_convolution2d_nhwc_f32: ffi::debian2022::CreateConvolution2dNhwcF32,
+    /// `xnn_setup_convolution2d_nhwc_f32`.
+    pub setup_convolution2d_nhwc_f32: ffi::debian2022::SetupConvolution2dNhwcF32,
+    /// `xnn_create_subgraph`.
+    pub create_subgraph: ffi::debian2022::CreateSubgraph,
+    /// `xnn_delete_subgraph`.
+    pub delete_subgraph: ffi::debian2022::DeleteSubgraph,
+    /// `xnn_define_tensor_value`.
+    pub define_tensor_value: ffi::debian2022::DefineTensorValue,
+    /// `xnn_define_fully_connected`.
+    pub define_fully_connected: ffi::debian2022::DefineFullyConnected,
+    /// `xnn_create_runtime_v2`.
+    pub create_runtime_v2: ffi::debian2022::CreateRuntimeV2,
+    /// `xnn_setup_runtime`.
+    pub setup_runtime: ffi::debian2022::SetupRuntime,
+    /// `xnn_invoke_runtime`.
+    pub invoke_runtime: ffi::debian2022::RuntimeCall,
+    /// `xnn_delete_runtime`.
+    pub delete_runtime: ffi::debian2022::RuntimeCall,
+    /// `pthreadpool_create` and `pthreadpool_destroy` of the pthreadpool the library links
+    /// (found through its dependencies), if exported.
+    pub pthreadpool: Option<(
+        ffi::debian2022::PthreadpoolCreate,
+        ffi::debian2022::PthreadpoolDestroy,
+    )>,
     /// cpuinfo's `cpuinfo_initialize`, if the library or its dependencies export it: the
     /// slow part of the first `xnn_initialize` (it reads /proc and /sys), which a test that
     /// races initializations runs first.
@@ -84,7 +110,7 @@ impl Debian2022Api {
     /// # Safety
     /// `handle` is a live handle of an XNNPACK built from Debian's 2022-02-16 header.
     pub(crate) unsafe fn from_handle(handle: *mut c_void) -> Result<Debian2022Api, XnnpackError> {
-        // SAFETY: (every symbol) each is the XNNPACK function of that name, whose C signature in Debian's 2022-02-16 xnnpack.h (quoted in `ffi::debian2022`; initialize, run and delete in `ffi`) is the type of the field it is stored in; cpuinfo_initialize is cpuinfo.h's.
+        // SAFETY: (every symbol) each is the XNNPACK function of that name, whose C signature in Debian's 2022-02-16 xnnpack.h (quoted in `ffi::debian2022`; initialize, run and delete in `ffi`) is the type of the field it is stored in; cpuinfo_initialize is cpuinfo.h's, the pthreadpool functions pthreadpool.h's.
         unsafe {
             Ok(Debian2022Api {
                 initialize: required(handle, c"xnn_initialize")?,
@@ -100,6 +126,25 @@ impl Debian2022Api {
                 setup_sigmoid_nc_f32: required(handle, c"xnn_setup_sigmoid_nc_f32")?,
                 run_operator: required(handle, c"xnn_run_operator")?,
                 delete_operator: required(handle, c"xnn_delete_operator")?,
+                create_convolution2d_nhwc_f32: required(
+                    handle,
+                    c"xnn_create_convolution2d_nhwc_f32",
+                )?,
+                setup_convolution2d_nhwc_f32: required(
+                    handle,
+                    c"xnn_setup_convolution2d_nhwc_f32",
+                )?,
+                create_subgraph: required(handle, c"xnn_create_subgraph")?,
+                delete_subgraph: required(handle, c"xnn_delete_subgraph")?,
+                define_tensor_value: required(handle, c"xnn_define_tensor_value")?,
+                define_fully_connected: required(handle, c"xnn_define_fully_connected")?,
+                create_runtime_v2: required(handle, c"xnn_create_runtime_v2")?,
+                setup_runtime: required(handle, c"xnn_setup_runtime")?,
+                invoke_runtime: required(handle, c"xnn_invoke_runtime")?,
+                delete_runtime: required(handle, c"xnn_delete_runtime")?,
+                pthreadpool: ffi::symbol(handle, c"pthreadpool_create")
+                    .ok()
+                    .zip(ffi::symbol(handle, c"pthreadpool_destroy").ok()),
                 cpuinfo_initialize: ffi::symbol(handle, c"cpuinfo_initialize").ok(),
             })
         }

@@ -78,7 +78,11 @@ pub enum Outcome {
         leaked: Vec<Live>,
     },
     /// A signal ended the process; the faulting stack, keepalloc's frames dropped.
-    Crash { signal: String, stack: Vec<String> },
+    Crash {
+        signal: String,
+        #[serde(rename = "faulting_stack")]
+        stack: Vec<String>,
+    },
     /// Still running at the deadline.
     Hang,
     /// The calls succeeded but an output differs from the unfailed reference.

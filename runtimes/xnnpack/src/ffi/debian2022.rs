@@ -12,9 +12,122 @@
 //!     uint32_t flags, xnn_operator_t* op_out);
 //! xnn_setup_sigmoid_nc_f32(xnn_operator_t, size_t batch_size, const float* input,
 //!     float* output, pthreadpool_t);
+//! xnn_create_convolution2d_nhwc_f32(uint32_t padding_top, uint32_t padding_right,
+//!     uint32_t padding_bottom, uint32_t padding_left, uint32_t kernel_height,
+//!     uint32_t kernel_width, uint32_t subsampling_height, uint32_t subsampling_width,
+//!     uint32_t dilation_height, uint32_t dilation_width, uint32_t groups,
+//!     size_t group_input_channels, size_t group_output_channels,
+//!     size_t input_channel_stride, size_t output_channel_stride, const float* kernel,
+//!     const float* bias, float output_min, float output_max, uint32_t flags,
+//!     xnn_operator_t* op_out);
+//! xnn_setup_convolution2d_nhwc_f32(xnn_operator_t, size_t batch_size, size_t input_height,
+//!     size_t input_width, const float* input, float* output, pthreadpool_t);
+//! xnn_create_subgraph(uint32_t external_value_ids, uint32_t flags, xnn_subgraph_t* out);
+//! xnn_delete_subgraph(xnn_subgraph_t);
+//! xnn_define_tensor_value(xnn_subgraph_t, enum xnn_datatype, size_t num_dims,
+//!     const size_t* dims, const void* data, uint32_t external_id, uint32_t flags,
+//!     uint32_t* id_out);
+//! xnn_define_fully_connected(xnn_subgraph_t, float output_min, float output_max,
+//!     uint32_t input_id, uint32_t filter_id, uint32_t bias_id, uint32_t output_id,
+//!     uint32_t flags);
+//! xnn_create_runtime_v2(xnn_subgraph_t, pthreadpool_t, uint32_t flags, xnn_runtime_t* out);
+//! xnn_setup_runtime(xnn_runtime_t, size_t num_external_values,
+//!     const struct xnn_external_value* external_values);
+//! xnn_invoke_runtime(xnn_runtime_t); xnn_delete_runtime(xnn_runtime_t);
+//! pthreadpool_t pthreadpool_create(size_t threads); void pthreadpool_destroy(pthreadpool_t);
 //! ```
 
+use core::ffi::c_void;
+
 use super::{Pthreadpool, XnnOperator, XnnStatus};
+
+/// `xnn_subgraph_t`.
+pub type XnnSubgraph = *mut c_void;
+/// `xnn_runtime_t`.
+pub type XnnRuntime = *mut c_void;
+
+/// `struct xnn_external_value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExternalValue {
+    /// The value's external id.
+    pub id: u32,
+    /// Its data.
+    pub data: *mut c_void,
+}
+
+/// `xnn_datatype_fp32`.
+pub const DATATYPE_FP32: u32 = 1;
+/// `XNN_VALUE_FLAG_EXTERNAL_INPUT`.
+pub const VALUE_FLAG_EXTERNAL_INPUT: u32 = 1;
+/// `XNN_VALUE_FLAG_EXTERNAL_OUTPUT`.
+pub const VALUE_FLAG_EXTERNAL_OUTPUT: u32 = 2;
+/// `XNN_INVALID_VALUE_ID`.
+pub const INVALID_VALUE_ID: u32 = u32::MAX;
+
+/// `xnn_create_convolution2d_nhwc_f32` (2022): no caches argument.
+pub type CreateConvolution2dNhwcF32 = unsafe extern "C" fn(
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    usize,
+    usize,
+    usize,
+    usize,
+    *const f32,
+    *const f32,
+    f32,
+    f32,
+    u32,
+    *mut XnnOperator,
+) -> XnnStatus;
+/// `xnn_setup_convolution2d_nhwc_f32` (2022).
+pub type SetupConvolution2dNhwcF32 = unsafe extern "C" fn(
+    XnnOperator,
+    usize,
+    usize,
+    usize,
+    *const f32,
+    *mut f32,
+    Pthreadpool,
+) -> XnnStatus;
+/// `xnn_create_subgraph`.
+pub type CreateSubgraph = unsafe extern "C" fn(u32, u32, *mut XnnSubgraph) -> XnnStatus;
+/// `xnn_delete_subgraph`.
+pub type DeleteSubgraph = unsafe extern "C" fn(XnnSubgraph) -> XnnStatus;
+/// `xnn_define_tensor_value`.
+pub type DefineTensorValue = unsafe extern "C" fn(
+    XnnSubgraph,
+    u32,
+    usize,
+    *const usize,
+    *const c_void,
+    u32,
+    u32,
+    *mut u32,
+) -> XnnStatus;
+/// `xnn_define_fully_connected` (2022).
+pub type DefineFullyConnected =
+    unsafe extern "C" fn(XnnSubgraph, f32, f32, u32, u32, u32, u32, u32) -> XnnStatus;
+/// `xnn_create_runtime_v2`.
+pub type CreateRuntimeV2 =
+    unsafe extern "C" fn(XnnSubgraph, Pthreadpool, u32, *mut XnnRuntime) -> XnnStatus;
+/// `xnn_setup_runtime` (2022: no reshape).
+pub type SetupRuntime = unsafe extern "C" fn(XnnRuntime, usize, *const ExternalValue) -> XnnStatus;
+/// `xnn_invoke_runtime` and `xnn_delete_runtime`.
+pub type RuntimeCall = unsafe extern "C" fn(XnnRuntime) -> XnnStatus;
+/// `pthreadpool_create`.
+pub type PthreadpoolCreate = unsafe extern "C" fn(usize) -> Pthreadpool;
+/// `pthreadpool_destroy`.
+pub type PthreadpoolDestroy = unsafe extern "C" fn(Pthreadpool);
 
 /// `xnn_create_fully_connected_nc_f32` (2022): no weights cache.
 pub type CreateFullyConnectedNcF32 = unsafe extern "C" fn(
