@@ -136,7 +136,7 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::DisplayHelp, "{name} --help");
             checked += 1;
         }
-        assert_eq!(checked, 14);
+        assert_eq!(checked, 15);
         let top = Cli::try_parse_from(["cargo xtask", "--help"]).unwrap_err();
         assert_eq!(top.kind(), ErrorKind::DisplayHelp);
     }
@@ -151,6 +151,8 @@ mod tests {
             "fault-test --runtime onnxruntime --model m --runs 2 --threads 2",
             "bench --quick --op all --shapes 1x256x256,33x96x130,64x256x96 --svg target/bench/ci.svg",
             "bench --quick --threads 2 --shapes 1x256x256,33x96x130,64x256x96",
+            "fault-explore --json target/fault-explore/ci.json",
+            "fault-explore --target xnnpack-subgraph --site 00ff --hits all",
             "miri",
             "miri --full -- --test-threads 1",
             "asan --runs 5 --scenario cold-start",
