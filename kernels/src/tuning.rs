@@ -164,6 +164,11 @@ pub(crate) fn bf16_dot_is_half_rate() -> bool {
     crate::cpu::cache::is_intel()
 }
 
+/// Multiply-adds below which a low-precision run stays on the calling thread: a hand-off
+/// costs about a microsecond, and at 1×96×64 and 1×256×256 two threads read 14 and 61 GOPS
+/// against 69 and 72 on one (Xeon; bf16). Measure: `cargo xtask bench --threads 2 --op all`.
+pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
+
 /// Packed weights per N block of the low-precision driver: best of 128 KiB – 1 GiB for qd8;
 /// bf16 indifferent. Measure: `cargo xtask bench --op qd8_f32_qc8w --shapes 128x4096x4096`
 pub(crate) const LOWP_N_BLOCK_BYTES: usize = 256 << 10;

@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use super::{Job, Kind, shape};
 use crate::error::KernelError;
 use crate::pool::Parallel;
+use crate::tuning::LOWP_MIN_PARALLEL_MACS;
 
 /// Rows per row unit: an AMX block (32 rows) and more than the one- and two-row kernels of
 /// batch 1 and 2, so every row of a cut falls in the same kind of tile as in a one-thread
@@ -37,11 +38,11 @@ pub(crate) enum Cut {
 
 impl Cut {
     /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads.
-    pub(crate) fn new(m: usize, n: usize, nr: usize, threads: usize) -> Cut {
+    pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, threads: usize) -> Cut {
         let panels = n.div_ceil(nr);
         let units = m / ROW_UNIT;
         let want = (threads * TASKS_PER_THREAD).min(MAX_TASKS);
-        if threads <= 1 {
+        if threads <= 1 || m.saturating_mul(k).saturating_mul(n) < LOWP_MIN_PARALLEL_MACS {
             return Cut::Whole;
         }
         // Each row chunk reads all the weights (k·n), each panel chunk all the rows (m·k):
@@ -79,7 +80,7 @@ pub(crate) unsafe fn run_in(
     let nr = shape(job.kind, job.isa).nr;
     let job = Shared(Job { ..*job });
     let job = &job;
-    match Cut::new(job.m, job.n, nr, threads) {
+    match Cut::new(job.m, job.k, job.n, nr, threads) {
         // SAFETY: forwarded (caller).
         Cut::Whole => unsafe { super::run(job) },
         Cut::Rows { tasks, units } => {
@@ -103,7 +104,8 @@ pub(crate) unsafe fn run_in(
             let mut job = Shared(Job { ..job.0 });
             if job.kind == Kind::Qd8F32Qc8w && !job.x.is_null() {
                 // Quantize every row first (each panel task reads them all).
-                let q = Cut::new(job.m, 0, nr, threads);
+                // Rows only (no panels): the quantization's own cut.
+                let q = Cut::new(job.m, job.k, 0, nr, threads);
                 let (qt, units) = match q {
                     Cut::Rows { tasks, units } => (tasks, units),
                     _ => (1, job.m.div_ceil(ROW_UNIT)),
@@ -218,25 +220,37 @@ mod tests {
 
     #[test]
     fn weights_heavy_jobs_are_cut_by_panels_and_tall_ones_by_row_units() {
-        assert_eq!(Cut::new(512, 512, 32, 1), Cut::Whole);
+        assert_eq!(Cut::new(512, 512, 512, 32, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(64, 1024, 32, 2),
+            Cut::new(64, 512, 1024, 32, 2),
             Cut::Panels {
                 tasks: 4,
                 panels: 32
             }
         );
         assert_eq!(
-            Cut::new(1024, 64, 32, 2),
+            Cut::new(1024, 512, 64, 32, 2),
             Cut::Rows {
                 tasks: 4,
                 units: 32
             }
         );
         // One panel and under two row units: nothing to share.
-        assert_eq!(Cut::new(40, 16, 32, 2), Cut::Whole);
+        assert_eq!(Cut::new(40, 4096, 16, 32, 2), Cut::Whole);
         // Tall but a single panel: rows.
-        assert_eq!(Cut::new(100, 16, 32, 2), Cut::Rows { tasks: 3, units: 3 });
+        assert_eq!(
+            Cut::new(100, 4096, 16, 32, 2),
+            Cut::Rows { tasks: 3, units: 3 }
+        );
+        // Too little work to hand over.
+        assert_eq!(Cut::new(1, 256, 256, 32, 2), Cut::Whole);
+        assert_eq!(
+            Cut::new(1, 1536, 1536, 32, 2),
+            Cut::Panels {
+                tasks: 4,
+                panels: 48
+            }
+        );
     }
 
     #[test]
