@@ -52,7 +52,13 @@ fn whole_tile_blocks_match_with_and_without_a_clamp_on_every_isa() {
     // not, whole and partial panels: with no clamp and K a multiple of 32 the AMX bf16
     // blocks write C's final values themselves.
     let mut rng = Rng::new(43);
-    for (m, k, n) in [(32, 64, 32), (48, 96, 50), (80, 100, 64), (64, 128, 130)] {
+    for (m, k, n) in [
+        (32, 64, 32),
+        (48, 96, 50),
+        (80, 100, 64),
+        (64, 128, 130),
+        (300, 64, 40),
+    ] {
         for (min, max) in [(f32::NEG_INFINITY, f32::INFINITY), (-0.25, 0.25)] {
             let mut case = LCase::random(&mut rng, m, k, n);
             (case.min, case.max) = (min, max);

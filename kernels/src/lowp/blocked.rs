@@ -265,10 +265,13 @@ pub(super) unsafe fn bf16(job: &Job) {
 #[repr(C, align(64))]
 struct Block32([f32; 32 * 32]);
 
-/// bf16 on AMX: most rows per chunk (a multiple of 32; 128 rows of K = 4096 bf16 are 1 MiB).
-/// 512 helped one shape and hurt another (docs/bench-history.md) and would need a 64 KiB
-/// stack buffer, so 128 stays.
-const AMX_MC: usize = 128;
+/// bf16 on AMX: most rows per chunk (a multiple of 32), within [`AMX_A_BYTES`] of A. A
+/// chunk reads every panel once, so fewer chunks stream the weights fewer times; 256 beat
+/// 128 and 512 on the Xeon (docs/bench-history.md).
+const AMX_MC: usize = 256;
+
+/// bf16 on AMX: most bytes of A per chunk (it stays in L2 while the panels pass).
+const AMX_A_BYTES: usize = 1 << 20;
 
 /// bf16 on AMX: the widened K tails (under 32 values) of a chunk's rows, 32 floats each.
 #[repr(C, align(64))]
@@ -306,11 +309,12 @@ pub(super) unsafe fn bf16_amx(job: &Job) {
     let scratch = scratch.as_mut_ptr().cast::<f32>();
     // SAFETY: AMX is supported and permitted (caller); the configuration is valid.
     unsafe { super::amx::load(&CONFIG) };
-    // Chunks of up to AMX_MC rows (their bf16 A, read once per panel, stays in L2); in each,
+    let chunk = (AMX_A_BYTES / job.lda / 32 * 32).clamp(32, AMX_MC);
+    // Chunks of up to `chunk` rows (their bf16 A, read once per panel, stays in L2); in each,
     // panel by panel, every row block of the chunk (each panel read once per chunk).
     let mut r0 = 0;
     while r0 < amx_rows {
-        let rows = AMX_MC.min(amx_rows - r0);
+        let rows = chunk.min(amx_rows - r0);
         for r in 0..rows {
             // SAFETY: row r0 + r of A holds K bf16 values, of which the last `tail_vals` are read; the tail row holds 32 floats and `tail_vals + 1 <= 32` are written.
             unsafe {
