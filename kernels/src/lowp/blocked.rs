@@ -63,8 +63,9 @@ pub(super) const NR_QD8: usize = 64;
 const MR_QD8: usize = 6;
 /// qd8: 4-byte words per K block (K = 4096): longer calls beat L1-sized slices here.
 const KC_QD8: usize = 1024;
-/// qd8: most rows per chunk (their partial sums: 32 KiB of stack).
-const QD8_MC: usize = 128;
+/// qd8: most rows per chunk (their partial sums: 64 KiB of stack). 256 read 0.99-1.06x
+/// oneDNN where 128 read 0.92-0.98x at 256x512x2048 and 512x512x2048 (docs/bench-history.md).
+const QD8_MC: usize = 256;
 
 /// Aligned stack storage of a qd8 chunk's i32 partial sums.
 #[repr(C, align(64))]
