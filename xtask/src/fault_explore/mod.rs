@@ -6,7 +6,7 @@
 //! `keepalloc_scribble::sites`). A discovery run under `KEEPALLOC_FAIL=list` lists the sites
 //! and the blocks still live after an unfailed teardown (the baseline); then each site is
 //! failed (`site:HEX`, its first hit or, with `--hits all`, every hit) in a process of its
-//! own and classified ([`classify`]): `clean-error`, `leak`, `crash`, `hang`,
+//! own and classified ([`classify`](mod@classify)): `clean-error`, `leak`, `crash`, `hang`,
 //! `wrong-output`, `ignored`. The negative controls run last and must be caught by their
 //! own signatures.
 
