@@ -522,23 +522,6 @@ fn fail_sites(spec: &str) -> ctools::Outcome {
     ctools::run(out, &[("KEEPALLOC_FAIL", spec)]).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The hash of the site with `hits` hits whose stack starts in `function`, from a report.
-fn site_in(report: &str, function: &str, hits: u64) -> String {
-    let mut site = None;
-    for line in report.lines() {
-        if let Some(rest) = line.trim().strip_prefix("site ") {
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            site = (words.get(2) == Some(&hits.to_string().as_str())).then(|| words[0].to_owned());
-        } else if line.trim().starts_with("#0 ")
-            && line.contains(function)
-            && let Some(site) = site.take()
-        {
-            return site;
-        }
-    }
-    panic!("no site with {hits} hits starting in {function} in:\n{report}")
-}
-
 #[test]
 fn keepalloc_fail_list_names_each_site_and_site_fails_only_that_one() {
     let list = fail_sites("list");
@@ -555,9 +538,15 @@ fn keepalloc_fail_list_names_each_site_and_site_fails_only_that_one() {
         "{}",
         list.stderr
     );
-    let weights = site_in(&list.stderr, "make_weights", 3);
-    let kept = site_in(&list.stderr, "make_weights", 1);
-    let workspace = site_in(&list.stderr, "make_workspace", 3);
+    let site = |function: &str, hits: u64| {
+        ctools::site_in(&list.stderr, function, hits)
+            .unwrap_or_else(|| panic!("no site of {function} with {hits} hits:\n{}", list.stderr))
+    };
+    let (weights, kept, workspace) = (
+        site("make_weights", 3),
+        site("make_weights", 1),
+        site("make_workspace", 3),
+    );
     assert!(weights != workspace && weights != kept);
     // The block kept on purpose is reported live, by its site.
     assert!(

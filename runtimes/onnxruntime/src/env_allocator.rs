@@ -16,6 +16,11 @@ use crate::runtime::{ORT_API_VERSION, OnnxRuntime};
 /// (MLAS' preferred buffer alignment on x86-64 is 64 bytes).
 pub const ORT_ALIGNMENT: usize = 64;
 
+/// Bytes added to every block, as ONNX Runtime's own CPU allocator adds
+/// `MLAS_SYMM_QGEMM_BUF_OVERRUN` (MLAS' symmetric int8 GEMM may read that far past a
+/// buffer): 30 on ARM64, 0 elsewhere (`core/mlas/inc/mlas.h`).
+pub const ORT_OVERRUN: usize = if cfg!(target_arch = "aarch64") { 30 } else { 0 };
+
 /// An `OrtAllocator` whose `Alloc`, `Reserve` and `Free` go to a keepalloc table (the
 /// owner's `aligned_allocate` / `aligned_deallocate`), and whose `Info` is a CPU
 /// `OrtMemoryInfo` (`"Cpu"`, `OrtDeviceAllocator`, device 0, `OrtMemTypeDefault`): the one
@@ -154,8 +159,12 @@ impl EnvAllocator {
             self.nulls.fetch_add(1, Relaxed);
             return core::ptr::null_mut();
         };
+        let Some(padded) = size.checked_add(ORT_OVERRUN) else {
+            self.nulls.fetch_add(1, Relaxed);
+            return core::ptr::null_mut();
+        };
         // SAFETY: the table is complete and its context is the owner, which is never dropped (keepalloc's guarantee); the alignment is a power of two.
-        let block = unsafe { aligned_allocate(self.table.context(), ORT_ALIGNMENT, size) };
+        let block = unsafe { aligned_allocate(self.table.context(), ORT_ALIGNMENT, padded) };
         if block.is_null() {
             self.nulls.fetch_add(1, Relaxed);
         } else {

@@ -46,7 +46,7 @@ mod session;
 
 use std::path::PathBuf;
 
-pub use env_allocator::{EnvAllocator, EnvAllocatorStats, ORT_ALIGNMENT};
+pub use env_allocator::{EnvAllocator, EnvAllocatorStats, ORT_ALIGNMENT, ORT_OVERRUN};
 pub use register::{
     LIBRARY, OTHER_ENV, is_registered_on, register_env_allocator, register_env_allocator_ex,
     register_on, register_with,

@@ -351,6 +351,41 @@ fn pkg_config_build_and_run(
     run_program(&format!("{label}: pkg-config static"), &stat)
 }
 
+/// `KEEPALLOC_FAIL` on the installed shared library: a C program (capi's
+/// `tests/c/explore/fail_sites.c`) linked through pkg-config lists its sites at exit, and
+/// failing one site by its hash fails exactly that site's calls.
+fn fail_env_on_installed(dir: &Path, pc_dir: &Path, lib: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let source = util::root().join("capi/tests/c/explore/fail_sites.c");
+    let exe = dir.join("fail-sites");
+    let flags = pkg_config(pc_dir, None, &["--cflags", "--libs"])?;
+    output(cc(&source, &flags, &exe).arg(format!("-Wl,-rpath,{}", lib.display())))?;
+    let run = |spec: &str| {
+        Command::new(&exe)
+            .env("KEEPALLOC_FAIL", spec)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))
+    };
+    let list = run("list")?;
+    let stderr = String::from_utf8_lossy(&list.stderr);
+    let site = crate::ctools::site_in(&stderr, "make_workspace", 3)
+        .ok_or_else(|| format!("KEEPALLOC_FAIL=list named no make_workspace site:\n{stderr}"))?;
+    let failed = run(&format!("site:{site},hits:all"))?;
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    let nulls = stdout
+        .lines()
+        .filter(|l| l.contains("workspace: NULL"))
+        .count();
+    if !list.status.success() || nulls != 3 || stdout.contains("weights: NULL") {
+        return Err(format!(
+            "KEEPALLOC_FAIL=site:{site},hits:all on the installed library: {nulls} NULL \
+             workspaces (want 3, and no NULL weights):\n{stdout}"
+        ));
+    }
+    println!("install-test: KEEPALLOC_FAIL=list and site:{site},hits:all on the installed library");
+    Ok(())
+}
+
 /// CMake must refuse `request`, saying that no compatible version was found.
 fn control_cmake_refuses(
     dir: &Path,
@@ -471,6 +506,7 @@ pub fn run(_: Args) -> Result<(), String> {
     )?;
 
     doc_cmake_blocks(&dir.join("doc-blocks"), &prefix)?;
+    fail_env_on_installed(&dir.join("fail-env"), &lib.join("pkgconfig"), &lib)?;
 
     let [_, next_minor, next_major] = requests(&names);
     control_cmake_refuses(&dir.join("cmake-next-major"), &prefix, &names, &next_major)?;
