@@ -8,7 +8,7 @@
 //! batch 1, the read bandwidth of a weights-sized buffer (the memory roof: 2 flops per
 //! 4-byte weight, so GFLOPS ≤ GB/s ÷ 2).
 //!
-//! oneDNN (the pinned `onednn-cpu-gomp` wheel, `onednn.rs`) is a peer of every operator:
+//! oneDNN (the pinned `onednn-cpu-gomp` wheel, `onednn/`) is a peer of every operator:
 //! f32, bf16, and int8 both on a pre-quantized input and quantizing in the run.
 //!
 //! Options: `--op` (f32, bf16_f32, qd8_f32_qc8w, f32_qc8w, all), `--threads T`, `--json

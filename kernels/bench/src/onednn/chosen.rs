@@ -1,0 +1,77 @@
+//! What oneDNN chose, shape by shape, and the f32 runner of the bench's tables.
+
+use super::{Matmul, OneDnn, Weights};
+
+/// The implementations oneDNN chose in this run, `(operator, shape, name)`, in order.
+static CHOSEN: std::sync::Mutex<Vec<Chosen>> = std::sync::Mutex::new(Vec::new());
+
+/// `(operator, shape, implementation)`.
+type Chosen = (String, (usize, usize, usize), String);
+
+pub fn record(op: &str, shape: (usize, usize, usize), implementation: &str) {
+    let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !chosen.iter().any(|c| c.0 == op && c.1 == shape) {
+        chosen.push((op.into(), shape, implementation.into()));
+    }
+}
+
+/// What oneDNN chose for each operator, shapes grouped by implementation:
+/// `f32: brg:avx512_core on 1x96x64, 4x512x512; gemm:jit on …`.
+pub fn chosen_lines() -> Vec<String> {
+    let chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ops: Vec<&str> = Vec::new();
+    for c in chosen.iter() {
+        if !ops.contains(&c.0.as_str()) {
+            ops.push(&c.0);
+        }
+    }
+    ops.into_iter()
+        .map(|op| {
+            let mut by_impl: Vec<(&str, Vec<String>)> = Vec::new();
+            for (_, (m, k, n), name) in chosen.iter().filter(|c| c.0 == op) {
+                let shape = format!("{m}x{k}x{n}");
+                match by_impl.iter_mut().find(|b| b.0 == name) {
+                    Some(b) => b.1.push(shape),
+                    None => by_impl.push((name, vec![shape])),
+                }
+            }
+            let parts: Vec<String> = by_impl
+                .into_iter()
+                .map(|(name, shapes)| format!("{name} on {}", shapes.join(", ")))
+                .collect();
+            format!("{op}: {}", parts.join("; "))
+        })
+        .collect()
+}
+
+/// The implementations as JSON: `{"f32": {"1x96x64": "brg:avx512_core", …}, …}`.
+pub fn chosen_json() -> serde_json::Value {
+    let chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = serde_json::Map::new();
+    for (op, (m, k, n), name) in chosen.iter() {
+        let entry = out
+            .entry(op.clone())
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        entry[format!("{m}x{k}x{n}")] = name.clone().into();
+    }
+    out.into()
+}
+
+/// The f32 matmul of `d` on `threads` OpenMP threads, as a bench runner.
+pub fn f32_runner(
+    d: &crate::peers::Data,
+    threads: usize,
+) -> Result<crate::peers::Runner<'_>, String> {
+    let dnnl = OneDnn::get()?;
+    let mut mm = Matmul::new(dnnl, (d.m, d.k, d.n), Weights::F32(&d.w), &d.bias, threads)?;
+    record(
+        &format!("f32 {threads}t"),
+        (d.m, d.k, d.n),
+        &mm.implementation,
+    );
+    Ok(Box::new(move |out| {
+        assert!(out.len() >= d.m * d.n);
+        // SAFETY: x holds m × k floats, out m × n (asserted), borrowed for the call.
+        unsafe { mm.run(d.x.as_ptr().cast(), out.as_mut_ptr(), 1.0, 0) }.expect("oneDNN run")
+    }))
+}
