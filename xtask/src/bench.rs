@@ -43,6 +43,8 @@ pub struct Args {
 
 /// Runs the benchmark with `args`.
 pub fn run(Args { args }: Args) -> Result<(), String> {
+    // The peers from the pinned wheels (oneDNN, current XNNPACK): fetched first if missing.
+    crate::runtimes::run(crate::runtimes::Args::default())?;
     let mut cmd = util::cargo();
     cmd.args([
         "run",

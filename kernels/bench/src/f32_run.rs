@@ -124,7 +124,7 @@ pub(crate) fn run_f32(o: &Options) -> (ExitCode, serde_json::Value) {
     if let Some(path) = rows
         .first()
         .filter(|r| r.of(Lib::XnnpackCurrent).is_some())
-        .and_then(|_| keepalloc_testkit::runtimes::executorch_xnnpack())
+        .and_then(|_| crate::runtimes::executorch_xnnpack())
     {
         println!(
             "XNNPACK-2026: current XNNPACK, {} (Debian's 2022 build is `XNNPACK`)",

@@ -24,6 +24,7 @@ mod onednn;
 mod output;
 mod peers;
 mod probe;
+mod runtimes;
 mod stats;
 mod table;
 mod threads;

@@ -166,10 +166,10 @@ impl Lib {
     }
 }
 
-/// Current XNNPACK for a comparison: found (`keepalloc_testkit::runtimes::executorch_xnnpack`)
+/// Current XNNPACK for a comparison: found (`crate::runtimes::executorch_xnnpack`)
 /// and loaded once, or a sentence saying why not.
 pub(crate) fn xnnpack_current() -> Result<&'static Library, String> {
-    let path = keepalloc_testkit::runtimes::executorch_xnnpack().ok_or_else(|| {
+    let path = crate::runtimes::executorch_xnnpack().ok_or_else(|| {
         "not found: run `cargo xtask runtimes` (it fetches the executorch 1.5.1 wheel and \
          writes target/runtimes/runtimes.json; KEEPALLOC_XNNPACK_CURRENT overrides the path)"
             .to_string()

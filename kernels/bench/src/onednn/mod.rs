@@ -120,14 +120,14 @@ fn check(what: &str, status: Status) -> Result<(), String> {
 }
 
 impl OneDnn {
-    /// The pinned wheel's library (fetched first if `target/runtimes` lacks it), loaded once.
+    /// The pinned wheel's library (from `cargo xtask runtimes`), loaded once.
     pub fn get() -> Result<&'static OneDnn, String> {
         static LOADED: std::sync::OnceLock<Result<&'static OneDnn, String>> =
             std::sync::OnceLock::new();
         LOADED
             .get_or_init(|| {
-                let rt = keepalloc_testkit::runtimes::ensure()?;
-                OneDnn::load(&rt.onednn).map(|d| &*Box::leak(Box::new(d)))
+                let path = crate::runtimes::onednn()?;
+                OneDnn::load(&path).map(|d| &*Box::leak(Box::new(d)))
             })
             .clone()
     }
