@@ -75,8 +75,7 @@ pub fn null(table: &'static AllocatorTable) -> Outcome {
 
 #[inline(never)]
 fn control_null_workspace(table: &'static AllocatorTable) {
-    // SAFETY: a complete table. The bug: the block is written without checking for NULL
-    // (a volatile write, so the NULL store is not optimized into something else).
+    // SAFETY: a complete table. The bug: the block is written without checking for NULL (a volatile write, so the NULL store is not optimized into something else).
     unsafe {
         let ws = table.aligned_alloc(64, WORKSPACE);
         core::ptr::write_volatile(ws, 1);

@@ -20,8 +20,7 @@ const SIGNALS: [libc::c_int; 5] = [
 pub fn install() {
     const ALT: usize = 256 << 10;
     let stack = Box::leak(vec![0u8; ALT].into_boxed_slice());
-    // SAFETY: `stack` lives for the rest of the process; the sigaction is fully initialized
-    // (zeroed, then the fields used) and names a handler with the SA_SIGINFO signature.
+    // SAFETY: `stack` lives for the rest of the process; the sigaction is fully initialized (zeroed, then the fields used) and names a handler with the SA_SIGINFO signature.
     unsafe {
         let ss = libc::stack_t {
             ss_sp: stack.as_mut_ptr().cast(),

@@ -35,8 +35,7 @@ fn path(var: &str) -> Result<PathBuf, String> {
 /// Runs the target; `Err` is a setup failure (not an outcome of the plan).
 pub fn run() -> Result<Outcome, String> {
     let (lib, model) = (path(ORT_ENV)?, path(MODEL_ENV)?);
-    // SAFETY: the variable names an ONNX Runtime library of a supported version (this
-    // target's contract: `cargo xtask fault-explore` passes the pinned wheel's).
+    // SAFETY: the variable names an ONNX Runtime library of a supported version (this target's contract: `cargo xtask fault-explore` passes the pinned wheel's).
     let ort = unsafe { OnnxRuntime::load(Some(&lib)) }.map_err(|e| format!("load: {e}"))?;
     let env = Env::create(ort, c"keepalloc-explore").map_err(|e| format!("env: {e}"))?;
     let mut outcome = Outcome::default();

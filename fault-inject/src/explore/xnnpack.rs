@@ -66,8 +66,7 @@ impl Drop for Xnn {
 }
 
 fn setup(table: &'static AllocatorTable) -> Result<Result<Xnn, String>, String> {
-    // SAFETY: the installed libXNNPACK is Debian's 2022 build (libxnnpack-dev), this
-    // target's contract.
+    // SAFETY: the installed libXNNPACK is Debian's 2022 build (libxnnpack-dev), this target's contract.
     let api = unsafe { Debian2022Api::load_installed() }.map_err(|e| format!("XNNPACK: {e}"))?;
     // SAFETY: a complete table that lives for the process (XNNPACK keeps it).
     let status = unsafe { (api.initialize)(table) };
@@ -116,8 +115,7 @@ pub fn fc(table: &'static AllocatorTable) -> Result<Outcome, String> {
     let mut y = vec![f32::NAN; BATCH * N];
     let api = &xnn.api;
     let mut op = ptr::null_mut();
-    // SAFETY: every buffer lives through the calls; XNNPACK copies the weights at create;
-    // the input carries XNN_EXTRA_BYTES of slack; `op` is deleted once below.
+    // SAFETY: every buffer lives through the calls; XNNPACK copies the weights at create; the input carries XNN_EXTRA_BYTES of slack; `op` is deleted once below.
     let result = unsafe {
         (|| {
             let inf = f32::INFINITY;
@@ -253,9 +251,7 @@ pub fn subgraph(table: &'static AllocatorTable) -> Result<Outcome, String> {
     let mut y = vec![f32::NAN; BATCH * N];
     let api = &xnn.api;
     let (mut sg, mut rt) = (ptr::null_mut(), ptr::null_mut());
-    // SAFETY: every buffer (the static weights and bias included: XNNPACK reads them at
-    // runtime creation and at each invoke) outlives the subgraph and the runtime, which are
-    // deleted once below.
+    // SAFETY: every buffer (the static weights and bias included: XNNPACK reads them at runtime creation and at each invoke) outlives the subgraph and the runtime, which are deleted once below.
     let result = unsafe {
         (|| {
             check("create_subgraph", (api.create_subgraph)(2, 0, &mut sg))?;

@@ -465,9 +465,7 @@ mod x86_amx {
             .collect();
         let src = data.as_ptr();
         let n = iters.max(1);
-        // SAFETY: AMX is usable (caller); the configuration is valid; each tile load
-        // reads 16 rows of 64 bytes at a 64-byte stride inside `data` (4 KiB); the tile
-        // state is released before returning.
+        // SAFETY: AMX is usable (caller); the configuration is valid; each tile load reads 16 rows of 64 bytes at a 64-byte stride inside `data` (4 KiB); the tile state is released before returning.
         unsafe {
             asm!(
                 "ldtilecfg [{cfg}]",

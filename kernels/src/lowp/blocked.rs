@@ -594,8 +594,7 @@ pub(super) unsafe fn qd8_prepare(job: &Job, rows: core::ops::Range<usize>) {
     use super::amx::STEP_WORDS;
     let words = job.k.div_ceil(4);
     let padded = words.div_ceil(STEP_WORDS) * STEP_WORDS * 4;
-    // SAFETY: rows `rows` of the input, of A and of the row parameters are in bounds, A and
-    // the parameters writable (caller).
+    // SAFETY: rows `rows` of the input, of A and of the row parameters are in bounds, A and the parameters writable (caller).
     unsafe {
         quant::rows(
             DotIsa::Avx512Vnni,

@@ -116,8 +116,7 @@ pub(crate) unsafe fn run_in(
                     let r1 = if i + 1 == qt { job.m } else { r.end * ROW_UNIT };
                     // Only x86-64 drivers quantize in the driver (`quantizes_in_driver`).
                     #[cfg(target_arch = "x86_64")]
-                    // SAFETY: rows r0..r1 of the input, A and the row parameters (caller:
-                    // `x` set, so A and the parameters are writable), disjoint per task.
+                    // SAFETY: rows r0..r1 of the input, A and the row parameters (caller: `x` set, so A and the parameters are writable), disjoint per task.
                     unsafe {
                         super::blocked::qd8_prepare(&job.0, r0..r1)
                     };
@@ -140,8 +139,7 @@ pub(crate) unsafe fn run_in(
                     c: unsafe { job.c.add(c0) },
                     ..job.0
                 };
-                // SAFETY: disjoint columns of C, the rows already quantized (x NULL) or
-                // read only; each task once (`each_once`).
+                // SAFETY: disjoint columns of C, the rows already quantized (x NULL) or read only; each task once (`each_once`).
                 unsafe { super::run(&sub) };
             };
             each_once(pool, tasks, &sub)?;

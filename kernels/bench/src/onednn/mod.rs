@@ -105,8 +105,7 @@ pub struct OneDnn {
     pub version: String,
 }
 
-// SAFETY: the engine and stream are only used from one thread at a time (the bench's), and
-// the function pointers are plain code addresses.
+// SAFETY: the engine and stream are only used from one thread at a time (the bench's), and the function pointers are plain code addresses.
 unsafe impl Send for OneDnn {}
 // SAFETY: as above.
 unsafe impl Sync for OneDnn {}
@@ -139,8 +138,7 @@ impl OneDnn {
         if handle.is_null() {
             return Err(format!("cannot load {}: {}", path.display(), dl_error()));
         }
-        // SAFETY: each name has the signature of its field (oneDNN v3.2's dnnl.h; libgomp's
-        // omp.h for omp_set_num_threads, found through the library's dependencies).
+        // SAFETY: each name has the signature of its field (oneDNN v3.2's dnnl.h; libgomp's omp.h for omp_set_num_threads, found through the library's dependencies).
         let api = unsafe {
             Api {
                 engine_create: symbol(handle, c"dnnl_engine_create")?,
@@ -183,8 +181,7 @@ impl OneDnn {
             format!("oneDNN v{}.{}.{} ({hash})", v.major, v.minor, v.patch)
         };
         let (mut engine, mut stream) = (core::ptr::null_mut(), core::ptr::null_mut());
-        // SAFETY: out-pointers to locals; the engine outlives the stream (both kept for
-        // the process's life).
+        // SAFETY: out-pointers to locals; the engine outlives the stream (both kept for the process's life).
         unsafe {
             check(
                 "engine_create",
@@ -231,8 +228,7 @@ impl OneDnn {
     }
 
     fn execute(&self, primitive: Handle, args: &[ExecArg]) -> Result<(), String> {
-        // SAFETY: `primitive` is live; each argument's memory is live and over a buffer of
-        // its descriptor's size (callers).
+        // SAFETY: `primitive` is live; each argument's memory is live and over a buffer of its descriptor's size (callers).
         unsafe {
             check(
                 "primitive_execute",
@@ -251,8 +247,7 @@ impl OneDnn {
     fn primitive(&self, pd: Handle) -> Result<(Primitive<'_>, String), String> {
         let mut info: *const c_char = core::ptr::null();
         let mut prim = core::ptr::null_mut();
-        // SAFETY: `pd` is a live primitive descriptor, destroyed once here; the info string
-        // is copied before that.
+        // SAFETY: `pd` is a live primitive descriptor, destroyed once here; the info string is copied before that.
         unsafe {
             let queried = check(
                 "primitive_desc_query",
@@ -390,8 +385,7 @@ struct Memory<'a> {
 
 impl Memory<'_> {
     fn point_at(&self, data: *const c_void) -> Result<(), String> {
-        // SAFETY: the memory is live; the caller's buffer is its descriptor's size and
-        // outlives the execute that follows.
+        // SAFETY: the memory is live; the caller's buffer is its descriptor's size and outlives the execute that follows.
         check("memory_set_data_handle", unsafe {
             (self.dnnl.api.memory_set_data_handle)(self.mem, data.cast_mut())
         })
