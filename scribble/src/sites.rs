@@ -287,6 +287,26 @@ impl<A> SiteFailing<A> {
             .insert(ptr.cast::<u8>().as_ptr() as usize, (site, size));
     }
 
+    /// One allocation call of `size` bytes (replacing `old`, for a grow): recorded, refused
+    /// when the plan says so (without calling `inner`), else made by `make` and tracked.
+    fn attempt(
+        &self,
+        size: usize,
+        old: Option<NonNull<u8>>,
+        make: impl FnOnce() -> Result<NonNull<[u8]>, AllocError>,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        let (site, fail) = self.call();
+        if fail {
+            return Err(AllocError);
+        }
+        let p = make()?;
+        if let Some(old) = old {
+            self.untrack(old);
+        }
+        self.track(p, site, size);
+        Ok(p)
+    }
+
     fn untrack(&self, ptr: NonNull<u8>) -> Option<(SiteId, usize)> {
         self.state()
             .as_mut()
@@ -307,23 +327,11 @@ fn unit(seed: u64, call: u64) -> f64 {
 // returns an error without touching `inner`.
 unsafe impl<A: Allocator> Allocator for SiteFailing<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        let (site, fail) = self.call();
-        if fail {
-            return Err(AllocError);
-        }
-        let p = self.inner.allocate(layout)?;
-        self.track(p, site, layout.size());
-        Ok(p)
+        self.attempt(layout.size(), None, || self.inner.allocate(layout))
     }
 
     fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        let (site, fail) = self.call();
-        if fail {
-            return Err(AllocError);
-        }
-        let p = self.inner.allocate_zeroed(layout)?;
-        self.track(p, site, layout.size());
-        Ok(p)
+        self.attempt(layout.size(), None, || self.inner.allocate_zeroed(layout))
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
@@ -338,15 +346,10 @@ unsafe impl<A: Allocator> Allocator for SiteFailing<A> {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        let (site, fail) = self.call();
-        if fail {
-            return Err(AllocError);
-        }
         // SAFETY: forwarded (caller).
-        let p = unsafe { self.inner.grow(ptr, old, new) }?;
-        self.untrack(ptr);
-        self.track(p, site, new.size());
-        Ok(p)
+        self.attempt(new.size(), Some(ptr), || unsafe {
+            self.inner.grow(ptr, old, new)
+        })
     }
 
     unsafe fn grow_zeroed(
@@ -355,15 +358,10 @@ unsafe impl<A: Allocator> Allocator for SiteFailing<A> {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        let (site, fail) = self.call();
-        if fail {
-            return Err(AllocError);
-        }
         // SAFETY: forwarded (caller).
-        let p = unsafe { self.inner.grow_zeroed(ptr, old, new) }?;
-        self.untrack(ptr);
-        self.track(p, site, new.size());
-        Ok(p)
+        self.attempt(new.size(), Some(ptr), || unsafe {
+            self.inner.grow_zeroed(ptr, old, new)
+        })
     }
 
     unsafe fn shrink(
