@@ -58,61 +58,51 @@ fn f32_op(t: &'static AllocatorTable, d: &Data, pool: Option<&ThreadPool>) -> Ru
         t,
         &FullyConnectedDesc::new(K, N, &d.w).with_bias(&d.bias),
     )?;
-    let mut y = vec![0.0; M * N];
-    op.run(M, &d.x, &mut y)?;
-    let z = match pool {
-        Some(p) => {
-            let mut z = vec![0.0; M * N];
-            op.run_in(p, M, &d.x, &mut z)?;
-            Some(z)
-        }
-        None => None,
-    };
-    Ok((y, z))
+    runs(pool, |out, p| match p {
+        Some(p) => op.run_in(p, M, &d.x, out),
+        None => op.run(M, &d.x, out),
+    })
 }
 
 fn bf16_op(t: &'static AllocatorTable, d: &Data, pool: Option<&ThreadPool>) -> Runs {
     let desc = FullyConnectedBf16F32Desc::new(K, N, &d.wb).with_bias(&d.bias);
     let op = FullyConnectedBf16F32::create_with_table(t, &desc)?;
-    let mut y = vec![0.0; M * N];
-    op.run(M, &d.xb, &mut y)?;
-    let z = match pool {
-        Some(p) => {
-            let mut z = vec![0.0; M * N];
-            op.run_in(p, M, &d.xb, &mut z)?;
-            Some(z)
-        }
-        None => None,
-    };
-    Ok((y, z))
+    runs(pool, |out, p| match p {
+        Some(p) => op.run_in(p, M, &d.xb, out),
+        None => op.run(M, &d.xb, out),
+    })
 }
 
 fn qd8_op(t: &'static AllocatorTable, d: &Data, pool: Option<&ThreadPool>) -> Runs {
     let desc = FullyConnectedQd8F32Qc8wDesc::new(K, N, &d.w8, &d.scales).with_bias(&d.bias);
     let op = FullyConnectedQd8F32Qc8w::create_with_table(t, &desc)?;
     let mut ws = vec![0u8; op.workspace_size(M)?];
-    let mut y = vec![0.0; M * N];
-    op.run(M, &d.x, &mut y, &mut ws)?;
-    let z = match pool {
-        Some(p) => {
-            let mut z = vec![0.0; M * N];
-            op.run_in(p, M, &d.x, &mut z, &mut ws)?;
-            Some(z)
-        }
-        None => None,
-    };
-    Ok((y, z))
+    runs(pool, |out, p| match p {
+        Some(p) => op.run_in(p, M, &d.x, out, &mut ws),
+        None => op.run(M, &d.x, out, &mut ws),
+    })
 }
 
 fn qc8w_op(t: &'static AllocatorTable, d: &Data, pool: Option<&ThreadPool>) -> Runs {
     let desc = FullyConnectedF32Qc8wDesc::new(K, N, &d.w8, &d.scales).with_bias(&d.bias);
     let op = FullyConnectedF32Qc8w::create_with_table(t, &desc)?;
+    runs(pool, |out, p| match p {
+        Some(p) => op.run_in(p, M, &d.x, out),
+        None => op.run(M, &d.x, out),
+    })
+}
+
+/// The output of `run` on the calling thread, then on `pool` if there is one.
+fn runs(
+    pool: Option<&ThreadPool>,
+    mut run: impl FnMut(&mut [f32], Option<&ThreadPool>) -> Result<(), KernelError>,
+) -> Runs {
     let mut y = vec![0.0; M * N];
-    op.run(M, &d.x, &mut y)?;
+    run(&mut y, None)?;
     let z = match pool {
         Some(p) => {
             let mut z = vec![0.0; M * N];
-            op.run_in(p, M, &d.x, &mut z)?;
+            run(&mut z, Some(p))?;
             Some(z)
         }
         None => None,
