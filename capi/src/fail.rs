@@ -11,8 +11,6 @@
 //! `KEEPALLOC_INVALID_ARGUMENT` and the message on stderr; no owner is built (as a bad
 //! `KEEPALLOC_SCRIBBLE` does). Unset, nothing changes.
 
-use core::alloc::Layout;
-use core::ptr::NonNull;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::OnceLock;
@@ -21,70 +19,14 @@ use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_scribble::sites::{FailSpec, SiteFailing, caller_frames};
 
 use crate::KeepallocStatus;
+use crate::layer::Layered;
 
 /// The environment variable.
 pub const FAIL_ENV: &str = "KEEPALLOC_FAIL";
 
 /// The backend under the counting wrapper: `B` alone, or `B` with its sites recorded and
 /// failed as `KEEPALLOC_FAIL` says.
-#[derive(Debug)]
-pub enum Failable<B: Allocator> {
-    /// `KEEPALLOC_FAIL` unset.
-    Plain(B),
-    /// `KEEPALLOC_FAIL` set.
-    Sites(SiteFailing<B>),
-}
-
-// SAFETY: every call forwards to the one allocator the value holds, which never changes.
-unsafe impl<B: Allocator> Allocator for Failable<B> {
-    #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            Failable::Plain(a) => a.allocate(layout),
-            Failable::Sites(a) => a.allocate(layout),
-        }
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        match self {
-            // SAFETY: the caller's promise, forwarded to the allocator that made the block.
-            Failable::Plain(a) => unsafe { a.deallocate(ptr, layout) },
-            // SAFETY: as above.
-            Failable::Sites(a) => unsafe { a.deallocate(ptr, layout) },
-        }
-    }
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Failable::Plain(a) => unsafe { a.grow(ptr, old, new) },
-            // SAFETY: as above.
-            Failable::Sites(a) => unsafe { a.grow(ptr, old, new) },
-        }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Failable::Plain(a) => unsafe { a.shrink(ptr, old, new) },
-            // SAFETY: as above.
-            Failable::Sites(a) => unsafe { a.shrink(ptr, old, new) },
-        }
-    }
-}
+pub type Failable<B> = Layered<B, SiteFailing<B>>;
 
 /// The spec, read once: `Ok(None)` when unset.
 pub fn spec() -> &'static Result<Option<FailSpec>, String> {
@@ -116,14 +58,14 @@ pub fn check_settings() -> Result<(), KeepallocStatus> {
 /// Wraps a freshly built backend as `KEEPALLOC_FAIL` says, and arranges the report at exit.
 pub fn wrap<B: Allocator>(base: Result<B, AllocError>) -> Result<Failable<B>, AllocError> {
     match spec() {
-        Ok(None) => base.map(Failable::Plain),
+        Ok(None) => base.map(Layered::Plain),
         Ok(Some(spec)) => {
             let b = base?;
             let sites = SiteFailing::new(b);
             sites.arm(*spec);
             // SAFETY: registers a plain `extern "C"` function with no arguments.
             unsafe { libc::atexit(report_at_exit) };
-            Ok(Failable::Sites(sites))
+            Ok(Layered::Wrapped(sites))
         }
         Err(_) => Err(AllocError),
     }
@@ -135,7 +77,7 @@ extern "C" fn report_at_exit() {
         let Some(owner) = crate::backend::C_PROVIDER.constructed_owner() else {
             return;
         };
-        if let Failable::Sites(s) = owner.allocator().inner() {
+        if let Some(s) = owner.allocator().inner().wrapper() {
             let _ = std::io::stderr().write_all(report(s).as_bytes());
         }
     });

@@ -26,6 +26,7 @@ use keepalloc_provider::{
 
 pub mod backend;
 pub mod fail;
+pub mod layer;
 pub mod ort;
 pub mod scribble;
 mod stats;

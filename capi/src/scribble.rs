@@ -17,9 +17,7 @@
 //! red zone, 17 layout mismatch, 19 read or write of a freed guarded block, 22 guard page
 //! touched).
 
-use core::alloc::Layout;
 use core::ffi::{c_char, c_int};
-use core::ptr::NonNull;
 use std::ffi::{CStr, CString};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -29,81 +27,11 @@ use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_scribble::{ConfigError, ENV_VAR, Scribble, ScribbleConfig};
 
 use crate::KeepallocStatus;
+use crate::layer::Layered;
 
 /// The C library's backend: its base backend `B` (the feature-selected one, or one plugged in
 /// from C), or Scribble over it, decided at the first acquire.
-#[derive(Debug)]
-// One value per process, inside the owner that is never moved or dropped: its size is
-// irrelevant, and boxing would add a pointer chase to every allocation.
-#[allow(clippy::large_enum_variant)]
-pub enum Backend<B: Allocator> {
-    /// The base backend alone (no `KEEPALLOC_SCRIBBLE`, no `keepalloc_scribble_configure`).
-    Plain(B),
-    /// Scribble over the base backend.
-    Scribbled(Scribble<B>),
-}
-
-impl<B: Allocator> Backend<B> {
-    /// The Scribble allocator, when that is the backend.
-    pub fn scribble(&self) -> Option<&Scribble<B>> {
-        match self {
-            Backend::Plain(_) => None,
-            Backend::Scribbled(s) => Some(s),
-        }
-    }
-}
-
-// SAFETY: every call forwards to the one allocator the value holds, which never changes, so
-// blocks are always freed and resized by the allocator that made them.
-unsafe impl<B: Allocator> Allocator for Backend<B> {
-    #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            Backend::Plain(a) => a.allocate(layout),
-            Backend::Scribbled(a) => a.allocate(layout),
-        }
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        match self {
-            // SAFETY: the caller's promise, forwarded to the allocator that made the block.
-            Backend::Plain(a) => unsafe { a.deallocate(ptr, layout) },
-            // SAFETY: as above.
-            Backend::Scribbled(a) => unsafe { a.deallocate(ptr, layout) },
-        }
-    }
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Backend::Plain(a) => unsafe { a.grow(ptr, old, new) },
-            // SAFETY: as above.
-            Backend::Scribbled(a) => unsafe { a.grow(ptr, old, new) },
-        }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Backend::Plain(a) => unsafe { a.shrink(ptr, old, new) },
-            // SAFETY: as above.
-            Backend::Scribbled(a) => unsafe { a.shrink(ptr, old, new) },
-        }
-    }
-}
+pub type Backend<B> = crate::layer::Layered<B, Scribble<B>>;
 
 /// Where the decided setting came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,8 +159,8 @@ pub fn check_settings() -> Result<(), KeepallocStatus> {
 /// ([`check_settings`] reports it before this is reached).
 pub fn wrap<B: Allocator>(base: Result<B, AllocError>) -> Result<Backend<B>, AllocError> {
     match &decision().config {
-        Ok(None) => base.map(Backend::Plain),
-        Ok(Some(config)) => base.map(|b| Backend::Scribbled(Scribble::new(b, *config))),
+        Ok(None) => base.map(Layered::Plain),
+        Ok(Some(config)) => base.map(|b| Layered::Wrapped(Scribble::new(b, *config))),
         Err(_) => Err(AllocError),
     }
 }
