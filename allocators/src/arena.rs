@@ -7,6 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use allocator_api2::alloc::{AllocError, Allocator};
 use bumpalo::Bump;
 
+use crate::{Request, RequestAllocator};
+
 /// A [`bumpalo::Bump`] arena behind a mutex, so it is `Sync` and can back a process-wide table.
 ///
 /// Design: one `Bump` and a `std::sync::Mutex`, not per-thread arenas. A bump allocation is a
@@ -73,47 +75,15 @@ impl Arena {
 // holding the lock, so no two threads touch the `Bump` at once; blocks live in chunks owned by
 // the `Bump`, which outlive the lock guard and are released only when the arena is dropped or
 // reset (which needs `&mut self`, so no block can still be in use).
-unsafe impl Allocator for Arena {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        (&*self.lock()).allocate(layout)
+unsafe impl RequestAllocator for Arena {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises are forwarded unchanged.
+        unsafe { request.forward_to(&&*self.lock()) }
     }
 
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        (&*self.lock()).allocate_zeroed(layout)
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise is forwarded unchanged.
         unsafe { (&*self.lock()).deallocate(ptr, layout) }
     }
-
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { (&*self.lock()).grow(ptr, old, new) }
-    }
-
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { (&*self.lock()).grow_zeroed(ptr, old, new) }
-    }
-
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { (&*self.lock()).shrink(ptr, old, new) }
-    }
 }
+crate::allocator_from_requests!(Arena);

@@ -12,7 +12,7 @@ use core::sync::atomic::{
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-use crate::SizelessFree;
+use crate::{Request, RequestAllocator, SizelessFree};
 
 /// Thread slots with a private shard. A thread claims the lowest free slot at its first
 /// counted call and gives it back when it exits; threads beyond this many live at once, and a
@@ -369,77 +369,30 @@ impl<A> Counting<A> {
 
 // SAFETY: every call forwards to the wrapped allocator with the caller's own arguments, so
 // the wrapped allocator's guarantees are ours; the counters do not touch memory.
-unsafe impl<A: Allocator> Allocator for Counting<A> {
+unsafe impl<A: Allocator> RequestAllocator for Counting<A> {
     #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises are forwarded unchanged.
+        let r = unsafe { request.forward_to(&self.inner) };
         if !self.counted {
-            return self.inner.allocate(layout);
+            return r;
         }
-        self.track(self.inner.allocate(layout), layout)
+        match request.resized() {
+            None => self.track(r, request.layout()),
+            Some((_, old)) => self.track_resize(r, old, request.layout()),
+        }
     }
 
     #[inline]
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        if !self.counted {
-            return self.inner.allocate_zeroed(layout);
-        }
-        self.track(self.inner.allocate_zeroed(layout), layout)
-    }
-
-    #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise about `ptr` and `layout` is forwarded unchanged.
         unsafe { self.inner.deallocate(ptr, layout) };
         if self.counted {
             self.count_free(layout.size());
         }
     }
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        let r = unsafe { self.inner.grow(ptr, old, new) };
-        if !self.counted {
-            return r;
-        }
-        self.track_resize(r, old, new)
-    }
-
-    #[inline]
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        let r = unsafe { self.inner.grow_zeroed(ptr, old, new) };
-        if !self.counted {
-            return r;
-        }
-        self.track_resize(r, old, new)
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        let r = unsafe { self.inner.shrink(ptr, old, new) };
-        if !self.counted {
-            return r;
-        }
-        self.track_resize(r, old, new)
-    }
 }
+crate::allocator_from_requests!([A: Allocator] Counting<A>);
 
 // SAFETY: every call forwards to the wrapped backend with the caller's own arguments (so its
 // guarantees are ours) and only adds counting; the accounted sizes it reports are the

@@ -11,7 +11,10 @@
 //! * **Adapters**: every backend and wrapper implements [`allocator_api2::alloc::Allocator`],
 //!   the same trait version bumpalo and hashbrown implement, so they work with allocator-api2
 //!   and hashbrown collections unchanged; [`AsGlobal`] turns any of them into a
-//!   `#[global_allocator]`.
+//!   `#[global_allocator]`. Each writes what it does once, as a [`RequestAllocator`] (one
+//!   function for every [`Request`] that returns a block, one that frees), and
+//!   [`allocator_from_requests!`] writes its `Allocator` impl; wrappers in other crates do
+//!   the same.
 //! * **The C table**: [`AllocatorTable`] is `#[repr(C)]` with exactly the layout of XNNPACK's
 //!   `struct xnn_allocator` (and of `keepalloc_table` in `keepalloc.h`). A C library copies it
 //!   once and calls through it for the rest of the process; [`AllocatorTable::for_allocator`]
@@ -35,6 +38,19 @@
 //! }
 //! assert_eq!(BACKEND.stats().live_bytes, 0);
 //! ```
+// Without its feature a gated item is not in the crate: the links above go to its docs.rs page.
+#![cfg_attr(
+    not(feature = "mimalloc"),
+    doc = "[`Mimalloc`]: https://docs.rs/keepalloc-allocators/latest/keepalloc_allocators/struct.Mimalloc.html"
+)]
+#![cfg_attr(
+    not(feature = "bumpalo"),
+    doc = "[`Arena`]: https://docs.rs/keepalloc-allocators/latest/keepalloc_allocators/struct.Arena.html"
+)]
+#![cfg_attr(
+    not(feature = "conformance"),
+    doc = "[`conformance`]: https://docs.rs/keepalloc-allocators/latest/keepalloc_allocators/conformance/index.html"
+)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(feature = "bumpalo")]
@@ -43,13 +59,16 @@ mod arena;
 pub mod conformance;
 mod counting;
 mod global;
+mod headerless;
 mod limited;
 #[cfg(feature = "mimalloc")]
 mod mimalloc;
 mod raw;
+mod request;
 mod sizeless;
 mod system;
 mod table;
+mod table_allocator;
 
 pub use allocator_api2;
 #[cfg(feature = "bumpalo")]
@@ -59,12 +78,14 @@ pub use global::AsGlobal;
 pub use limited::Limited;
 #[cfg(feature = "mimalloc")]
 pub use mimalloc::Mimalloc;
+pub use request::{Request, RequestAllocator};
 pub use sizeless::SizelessFree;
 pub use system::System;
 pub use table::{
     AlignedAllocateFn, AllocateFn, AllocatorTable, DeallocateFn, RawTableParts, ReallocateFn,
-    TABLE_MIN_ALIGN, TableAllocator,
+    TABLE_MIN_ALIGN,
 };
+pub use table_allocator::TableAllocator;
 
 /// The backend the default provider uses, chosen by cargo features.
 ///

@@ -6,6 +6,8 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
+use crate::{Request, RequestAllocator};
+
 /// Refuses (with `AllocError`, or NULL through the C table) any request that would take the
 /// bytes it has handed out past `cap`. Frees give the bytes back, so a refused caller can
 /// succeed again later. Lock-free: a reservation is one compare-and-swap loop.
@@ -66,56 +68,23 @@ impl<A> Limited<A> {
 
 // SAFETY: every successful call is the wrapped allocator's own result for the caller's own
 // arguments; the byte accounting never touches memory.
-unsafe impl<A: Allocator> Allocator for Limited<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.reserved(layout.size(), || self.inner.allocate(layout))
+unsafe impl<A: Allocator> RequestAllocator for Limited<A> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises are forwarded unchanged.
+        let forward = || unsafe { request.forward_to(&self.inner) };
+        match request {
+            // A shrink asks for nothing, and gives bytes back once it has succeeded.
+            Request::Shrink { old, new, .. } => {
+                forward().inspect(|_| self.release(old.size() - new.size()))
+            }
+            _ => self.reserved(request.added_bytes(), forward),
+        }
     }
 
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.reserved(layout.size(), || self.inner.allocate_zeroed(layout))
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise is forwarded unchanged.
         unsafe { self.inner.deallocate(ptr, layout) };
         self.release(layout.size());
     }
-
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        self.reserved(new.size() - old.size(), || unsafe {
-            self.inner.grow(ptr, old, new)
-        })
-    }
-
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        self.reserved(new.size() - old.size(), || unsafe {
-            self.inner.grow_zeroed(ptr, old, new)
-        })
-    }
-
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        let r = unsafe { self.inner.shrink(ptr, old, new) };
-        if r.is_ok() {
-            self.release(old.size() - new.size());
-        }
-        r
-    }
 }
+crate::allocator_from_requests!([A: Allocator] Limited<A>);

@@ -10,7 +10,7 @@ use core::sync::atomic::{
 
 use libmimalloc_sys as ffi;
 
-use crate::raw::{RawBackend, impl_allocator_for_raw};
+use crate::raw::RawBackend;
 
 /// mimalloc as an [`Allocator`](allocator_api2::alloc::Allocator).
 ///
@@ -136,7 +136,7 @@ unsafe impl RawBackend for Mimalloc {
     }
 }
 
-impl_allocator_for_raw!(Mimalloc);
+crate::allocator_from_requests!(Mimalloc);
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,13 @@
-//! The shared shape of a malloc-style backend: four raw entry points, turned into a full
-//! [`Allocator`](allocator_api2::alloc::Allocator) by one macro so that zero-sized requests,
-//! grow and shrink are handled the same way by every backend.
+//! The shared shape of a malloc-style backend: four raw entry points, served as
+//! [`Request`]s by one blanket impl so that zero-sized requests, grow and shrink are handled
+//! the same way by every backend.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
+
+use allocator_api2::alloc::AllocError;
+
+use crate::{Request, RequestAllocator};
 
 /// A malloc-style backend: raw entry points that never see a zero size.
 ///
@@ -37,103 +41,61 @@ pub(crate) fn dangling(layout: Layout) -> NonNull<[u8]> {
     NonNull::slice_from_raw_parts(ptr, 0)
 }
 
-/// Implements `allocator_api2::alloc::Allocator` for a type that implements [`RawBackend`].
-macro_rules! impl_allocator_for_raw {
-    ($ty:ty) => {
-        // SAFETY: `RawBackend`'s contract gives blocks of the requested size and alignment
-        // that stay valid until freed; zero-sized requests never reach the backend and get a
-        // dangling aligned pointer that is never freed; grow/shrink keep contents.
-        unsafe impl allocator_api2::alloc::Allocator for $ty {
-            #[inline]
-            fn allocate(
-                &self,
-                layout: core::alloc::Layout,
-            ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-                if layout.size() == 0 {
-                    return Ok($crate::raw::dangling(layout));
-                }
-                let p = $crate::raw::RawBackend::raw_alloc(self, layout);
-                core::ptr::NonNull::new(p)
-                    .map(|p| core::ptr::NonNull::slice_from_raw_parts(p, layout.size()))
-                    .ok_or(allocator_api2::alloc::AllocError)
-            }
-
-            #[inline]
-            fn allocate_zeroed(
-                &self,
-                layout: core::alloc::Layout,
-            ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-                if layout.size() == 0 {
-                    return Ok($crate::raw::dangling(layout));
-                }
-                let p = $crate::raw::RawBackend::raw_alloc_zeroed(self, layout);
-                core::ptr::NonNull::new(p)
-                    .map(|p| core::ptr::NonNull::slice_from_raw_parts(p, layout.size()))
-                    .ok_or(allocator_api2::alloc::AllocError)
-            }
-
-            #[inline]
-            unsafe fn deallocate(&self, ptr: core::ptr::NonNull<u8>, layout: core::alloc::Layout) {
-                if layout.size() != 0 {
-                    // The caller promises `ptr` came from this allocator with `layout`,
-                    // and non-zero-sized blocks are exactly the ones the backend returned.
-                    // SAFETY: `ptr` is a live, non-zero-sized block of this backend.
-                    unsafe { $crate::raw::RawBackend::raw_free(self, ptr.as_ptr(), layout) }
-                }
-            }
-
-            #[inline]
-            unsafe fn grow(
-                &self,
-                ptr: core::ptr::NonNull<u8>,
-                old: core::alloc::Layout,
-                new: core::alloc::Layout,
-            ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-                // SAFETY: the caller's promises for `grow` are exactly `resize`'s.
-                unsafe { $crate::raw::resize(self, ptr, old, new, false) }
-            }
-
-            #[inline]
-            unsafe fn grow_zeroed(
-                &self,
-                ptr: core::ptr::NonNull<u8>,
-                old: core::alloc::Layout,
-                new: core::alloc::Layout,
-            ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-                // SAFETY: as for `grow`.
-                unsafe { $crate::raw::resize(self, ptr, old, new, true) }
-            }
-
-            #[inline]
-            unsafe fn shrink(
-                &self,
-                ptr: core::ptr::NonNull<u8>,
-                old: core::alloc::Layout,
-                new: core::alloc::Layout,
-            ) -> Result<core::ptr::NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-                // SAFETY: as for `grow`.
-                unsafe { $crate::raw::resize(self, ptr, old, new, false) }
-            }
-        }
-    };
+/// A C-style result as a block of `size` bytes: NULL is a failure.
+#[inline]
+pub(crate) fn block(p: *mut u8, size: usize) -> Result<NonNull<[u8]>, AllocError> {
+    NonNull::new(p)
+        .map(|p| NonNull::slice_from_raw_parts(p, size))
+        .ok_or(AllocError)
 }
-pub(crate) use impl_allocator_for_raw;
+
+// SAFETY: `RawBackend`'s contract gives blocks of the requested size and alignment that stay
+// valid until freed; zero-sized requests never reach the backend and get a dangling aligned
+// pointer that is never freed; `resize` keeps contents.
+unsafe impl<B: RawBackend> RequestAllocator for B {
+    #[inline]
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        let Some((ptr, old)) = request.resized() else {
+            let layout = request.layout();
+            if layout.size() == 0 {
+                return Ok(dangling(layout));
+            }
+            let p = if request.zeroed() {
+                self.raw_alloc_zeroed(layout)
+            } else {
+                self.raw_alloc(layout)
+            };
+            return block(p, layout.size());
+        };
+        // SAFETY: the caller's promises for a resize are `resize`'s.
+        unsafe { resize(self, ptr, old, request.layout(), request.zeroed()) }
+    }
+
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
+        if layout.size() != 0 {
+            // The caller promises `ptr` came from this allocator with `layout`, and
+            // non-zero-sized blocks are exactly the ones the backend returned.
+            // SAFETY: `ptr` is a live, non-zero-sized block of this backend.
+            unsafe { self.raw_free(ptr.as_ptr(), layout) }
+        }
+    }
+}
 
 /// Grow or shrink `ptr` from `old` to `new`, through `realloc` when the alignment allows.
 ///
 /// # Safety
 /// `ptr` came from `backend` with layout `old` (a dangling pointer when `old.size() == 0`).
-pub(crate) unsafe fn resize<B: RawBackend + allocator_api2::alloc::Allocator + ?Sized>(
+unsafe fn resize<B: RawBackend>(
     backend: &B,
     ptr: NonNull<u8>,
     old: Layout,
     new: Layout,
     zero_tail: bool,
-) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-    use allocator_api2::alloc::AllocError;
+) -> Result<NonNull<[u8]>, AllocError> {
     if new.size() == 0 {
         // SAFETY: caller's promise about `ptr`/`old`.
-        unsafe { backend.deallocate(ptr, old) };
+        unsafe { backend.free_block(ptr, old) };
         return Ok(dangling(new));
     }
     if old.size() != 0 && old.align() == new.align() {
@@ -150,19 +112,37 @@ pub(crate) unsafe fn resize<B: RawBackend + allocator_api2::alloc::Allocator + ?
         }
         return Ok(NonNull::slice_from_raw_parts(p, new.size()));
     }
-    let fresh = if zero_tail {
-        backend.allocate_zeroed(new)?
-    } else {
-        backend.allocate(new)?
-    };
-    // SAFETY: both blocks are live and distinct; we copy the bytes both have.
+    // SAFETY: `ptr` is a live block of `backend` with `old` (the caller's promise).
+    unsafe { move_block(backend, ptr, old, new, zero_tail) }
+}
+
+/// A resize by moving: a new block of `new` (zeroed when asked), the bytes both blocks hold
+/// copied over, the old block freed.
+///
+/// # Safety
+/// `ptr` is a live block of `allocator` with `old`.
+pub(crate) unsafe fn move_block<A: RequestAllocator + ?Sized>(
+    allocator: &A,
+    ptr: NonNull<u8>,
+    old: Layout,
+    new: Layout,
+    zeroed: bool,
+) -> Result<NonNull<[u8]>, AllocError> {
+    // SAFETY: an allocation has no precondition.
+    let fresh = unsafe {
+        allocator.serve(Request::Allocate {
+            layout: new,
+            zeroed,
+        })
+    }?;
+    // SAFETY: both blocks are live and distinct; copy what both hold, then free the old.
     unsafe {
         core::ptr::copy_nonoverlapping(
             ptr.as_ptr(),
             fresh.as_ptr().cast::<u8>(),
             old.size().min(new.size()),
         );
-        backend.deallocate(ptr, old);
+        allocator.free_block(ptr, old);
     }
     Ok(fresh)
 }

@@ -2,7 +2,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 
-use crate::raw::{RawBackend, impl_allocator_for_raw};
+use crate::raw::RawBackend;
 
 /// The system allocator as an [`Allocator`](allocator_api2::alloc::Allocator).
 ///
@@ -43,4 +43,4 @@ unsafe impl RawBackend for System {
     }
 }
 
-impl_allocator_for_raw!(System);
+crate::allocator_from_requests!(System);

@@ -1,13 +1,19 @@
-//! The C allocator table: XNNPACK's `struct xnn_allocator`, field for field.
+//! The C allocator table: XNNPACK's `struct xnn_allocator`, field for field, and the entry
+//! points of the header table (the headerless ones are in `headerless.rs`; the other
+//! direction, a table as a Rust allocator, is `table_allocator.rs`).
 
 use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use allocator_api2::alloc::{AllocError, Allocator};
+use allocator_api2::alloc::Allocator;
 
 use crate::SizelessFree;
+use crate::headerless::{
+    sizeless_aligned_alloc, sizeless_aligned_allocate, sizeless_alloc, sizeless_allocate,
+    sizeless_deallocate, sizeless_free, sizeless_realloc, sizeless_reallocate,
+};
 
 /// `allocate(context, size)`.
 pub type AllocateFn = unsafe extern "C" fn(context: *mut c_void, size: usize) -> *mut c_void;
@@ -362,7 +368,7 @@ impl AllocatorTable {
 
 /// Runs `f`, turning a panic into `on_panic` so that none crosses into C.
 #[inline(always)]
-fn no_unwind<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn no_unwind<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
 
@@ -374,6 +380,17 @@ fn abort_with(message: core::fmt::Arguments<'_>) -> ! {
     use std::io::Write;
     let _ = std::io::stderr().write_fmt(message);
     std::process::abort()
+}
+
+/// Runs `f`, aborting with a message if it panics (a free has no status to report, and
+/// unwinding into C is undefined).
+#[inline(always)]
+pub(crate) fn no_unwind_free(pointer: *mut c_void, f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        abort_with(format_args!(
+            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
+        ));
+    }
 }
 
 /// The layout of the whole block (header + padding + user bytes) for a user request.
@@ -574,247 +591,10 @@ unsafe extern "C" fn table_deallocate<A: Allocator + Sync + 'static>(
              (another owner's block, or not a table block); aborting\n"
         ));
     };
-    let freed = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `base` is a live block of the `&'static A` behind `context`, with `layout`.
-        unsafe { (*(context as *const A)).deallocate(base, layout) }
-    }));
-    if freed.is_err() {
-        // There is no status to return from a free, and unwinding into C is undefined.
-        abort_with(format_args!(
-            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
-        ));
-    }
-}
-
-// The headerless table: the backend's own functions, behind the contract's checks.
-
-/// A headerless `reallocate` keeps alignments up to 2^16 = 64 KiB (see the type's docs).
-const MAX_KEPT_ALIGN_LOG2: u32 = 16;
-
-/// Runs `f`, aborting with a message if it panics (a free has no status to report, and
-/// unwinding into C is undefined).
-#[inline(always)]
-fn no_unwind_free(pointer: *mut c_void, f: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(f)).is_err() {
-        abort_with(format_args!(
-            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
-        ));
-    }
-}
-
-#[inline(always)]
-fn sizeless_alloc<B: SizelessFree>(b: &B, size: usize) -> *mut c_void {
-    no_unwind(ptr::null_mut(), || b.alloc(size).cast())
-}
-
-#[inline(always)]
-fn sizeless_aligned_alloc<B: SizelessFree>(b: &B, alignment: usize, size: usize) -> *mut c_void {
-    if !alignment.is_power_of_two() {
-        return ptr::null_mut();
-    }
-    no_unwind(ptr::null_mut(), || {
-        if alignment <= TABLE_MIN_ALIGN {
-            b.alloc(size).cast()
-        } else {
-            b.alloc_aligned(size, alignment).cast()
-        }
-    })
-}
-
-/// # Safety
-/// `pointer` is NULL or a live block of `b` (from a headerless table of it).
-#[inline]
-unsafe fn sizeless_realloc<B: SizelessFree>(
-    b: &B,
-    pointer: *mut c_void,
-    size: usize,
-) -> *mut c_void {
-    if pointer.is_null() {
-        return sizeless_alloc(b, size);
-    }
-    // Size 0 keeps a real block (the contract: `reallocate(p, 0)` does not free).
-    let size = size.max(1);
-    // The block's alignment as its address shows it (at least what it was allocated with, up
-    // to the cap): a heap address can be aligned far beyond anything asked (a glibc thread
-    // arena starts on a 64 MiB boundary), and no allocator serves a block aligned to 2^35.
-    let align = 1usize << (pointer as usize).trailing_zeros().min(MAX_KEPT_ALIGN_LOG2);
-    no_unwind(ptr::null_mut(), || {
-        // SAFETY: `pointer` is a live block of `b` (the caller's promise).
-        unsafe {
-            if align <= TABLE_MIN_ALIGN {
-                b.realloc(pointer.cast(), size).cast()
-            } else {
-                b.realloc_aligned(pointer.cast(), size, align).cast()
-            }
-        }
-    })
-}
-
-/// # Safety
-/// `pointer` is NULL or a live block of `b` (from a headerless table of it).
-#[inline(always)]
-unsafe fn sizeless_free<B: SizelessFree>(b: &B, pointer: *mut c_void) {
-    if !pointer.is_null() {
-        // SAFETY: `pointer` is a live block of `b` (the caller's promise).
-        no_unwind_free(pointer, || unsafe { b.free(pointer.cast()) });
-    }
-}
-
-unsafe extern "C" fn sizeless_allocate<B: SizelessFree>(
-    context: *mut c_void,
-    size: usize,
-) -> *mut c_void {
-    // SAFETY: a `for_sizeless::<B>` table's context is a `&'static B`.
-    unsafe { sizeless_alloc(&*(context as *const B), size) }
-}
-
-unsafe extern "C" fn sizeless_aligned_allocate<B: SizelessFree>(
-    context: *mut c_void,
-    alignment: usize,
-    size: usize,
-) -> *mut c_void {
-    // SAFETY: a `for_sizeless::<B>` table's context is a `&'static B`.
-    unsafe { sizeless_aligned_alloc(&*(context as *const B), alignment, size) }
-}
-
-unsafe extern "C" fn sizeless_reallocate<B: SizelessFree>(
-    context: *mut c_void,
-    pointer: *mut c_void,
-    size: usize,
-) -> *mut c_void {
-    // SAFETY: the context is a `&'static B`; `pointer` is NULL or one of the table's blocks.
-    unsafe { sizeless_realloc(&*(context as *const B), pointer, size) }
-}
-
-unsafe extern "C" fn sizeless_deallocate<B: SizelessFree>(
-    context: *mut c_void,
-    pointer: *mut c_void,
-) {
-    // SAFETY: the context is a `&'static B`; `pointer` is NULL or one of the table's blocks.
-    unsafe { sizeless_free(&*(context as *const B), pointer) }
-}
-
-/// Uses any [`AllocatorTable`] (one of ours, or a foreign `xnn_allocator`) as an
-/// [`Allocator`].
-///
-/// Requests aligned to at most [`TABLE_MIN_ALIGN`] go through `allocate` / `reallocate` /
-/// `deallocate`; stricter ones through `aligned_allocate` / `aligned_deallocate` (and are
-/// moved by copy when they grow, since `reallocate` only promises malloc alignment). An empty
-/// slot in the table is an allocation failure.
-#[derive(Clone, Copy, Debug)]
-pub struct TableAllocator<'a> {
-    table: &'a AllocatorTable,
-}
-
-impl<'a> TableAllocator<'a> {
-    /// Uses `table`.
-    ///
-    /// # Safety
-    /// The table's functions must honour the `xnn_allocator` contract for as long as this
-    /// value (or a copy) is used; every table from [`AllocatorTable::for_allocator`] does.
-    pub unsafe fn new(table: &'a AllocatorTable) -> Self {
-        TableAllocator { table }
-    }
-
-    /// The table.
-    pub fn table(&self) -> &'a AllocatorTable {
-        self.table
-    }
-
-    fn small(layout: Layout) -> bool {
-        layout.align() <= TABLE_MIN_ALIGN
-    }
-}
-
-// SAFETY: `TableAllocator::new`'s caller vouched that the table follows the xnn_allocator
-// contract, which gives blocks of the size and alignment asked for, valid until freed, and a
-// `reallocate` that keeps contents; zero-sized layouts never reach the table.
-unsafe impl Allocator for TableAllocator<'_> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        if layout.size() == 0 {
-            return Ok(crate::raw::dangling(layout));
-        }
-        let t = self.table;
-        // SAFETY: the table is sound (constructor's promise).
-        let p = unsafe {
-            if Self::small(layout) {
-                t.allocate.ok_or(AllocError)?(t.context, layout.size())
-            } else {
-                t.aligned_allocate.ok_or(AllocError)?(t.context, layout.align(), layout.size())
-            }
-        };
-        NonNull::new(p.cast::<u8>())
-            .map(|p| NonNull::slice_from_raw_parts(p, layout.size()))
-            .ok_or(AllocError)
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        if layout.size() == 0 {
-            return;
-        }
-        let t = self.table;
-        let free = if Self::small(layout) {
-            t.deallocate
-        } else {
-            t.aligned_deallocate
-        };
-        if let Some(free) = free {
-            // SAFETY: `ptr` came from the matching allocate slot (the caller's promise).
-            unsafe { free(t.context, ptr.as_ptr().cast()) }
-        }
-    }
-
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises for `grow` are `resize`'s.
-        unsafe { self.resize(ptr, old, new) }
-    }
-
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises for `shrink` are `resize`'s.
-        unsafe { self.resize(ptr, old, new) }
-    }
-}
-
-impl TableAllocator<'_> {
-    /// # Safety
-    /// `ptr` is live with `old`, from this allocator.
-    unsafe fn resize(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        let t = self.table;
-        if old.size() != 0 && new.size() != 0 && Self::small(old) && Self::small(new) {
-            let realloc = t.reallocate.ok_or(AllocError)?;
-            // SAFETY: `ptr` is a live `allocate` block; `reallocate` keeps its contents.
-            let p = unsafe { realloc(t.context, ptr.as_ptr().cast(), new.size()) };
-            return NonNull::new(p.cast::<u8>())
-                .map(|p| NonNull::slice_from_raw_parts(p, new.size()))
-                .ok_or(AllocError);
-        }
-        let fresh = self.allocate(new)?;
-        // SAFETY: both blocks are live and distinct; copy what both hold, then free the old.
-        unsafe {
-            ptr::copy_nonoverlapping(
-                ptr.as_ptr(),
-                fresh.as_ptr().cast::<u8>(),
-                old.size().min(new.size()),
-            );
-            self.deallocate(ptr, old);
-        }
-        Ok(fresh)
-    }
+    // SAFETY: `base` is a live block of the `&'static A` behind `context`, with `layout`.
+    no_unwind_free(pointer, || unsafe {
+        (*(context as *const A)).deallocate(base, layout)
+    });
 }
 
 #[cfg(test)]

@@ -9,26 +9,11 @@
 //! accounting moves (`headerless_owners_share_the_heap_and_move_the_count`, below; the
 //! decision is in `AllocatorTable`'s docs).
 
-use core::alloc::Layout;
-use core::ptr::NonNull;
+#[path = "common/plain.rs"]
+mod plain;
 
-use allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, System};
-
-/// An allocator that is not `SizelessFree` (it forwards the Rust face only), so its table is
-/// a header table, as for the arena, `Limited`, or a runtime's own allocator.
-struct Plain<A>(A);
-
-// SAFETY: every call is forwarded unchanged to the wrapped allocator.
-unsafe impl<A: Allocator> Allocator for Plain<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.0.allocate(layout)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        // SAFETY: the caller's promise, forwarded.
-        unsafe { self.0.deallocate(ptr, layout) }
-    }
-}
+use plain::Plain;
 
 static A: Counting<Plain<System>> = Counting::new(Plain(System));
 static B: Counting<Plain<System>> = Counting::new(Plain(System));

@@ -4,15 +4,17 @@
 //! `usable_size`, which only counting needs.
 
 mod common;
+#[path = "common/plain.rs"]
+mod plain;
 
 use core::alloc::Layout;
-use core::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 
-use allocator_api2::alloc::{AllocError, Allocator};
+use allocator_api2::alloc::Allocator;
 use common::Tracked;
 use keepalloc_allocators::conformance::{self, Options};
 use keepalloc_allocators::{AllocatorTable, Counting, CountingStats, System};
+use plain::Plain;
 
 const OPTS: Options = if cfg!(miri) {
     Options::MIRI
@@ -77,20 +79,6 @@ fn uncounted_mimalloc_keeps_the_whole_contract() {
     let table = AllocatorTable::for_allocator(&A);
     conformance::check_table(&table, OPTS);
     assert_uncounted(&A);
-}
-
-/// An allocator that is not `SizelessFree`: its owner gets a header table.
-struct Plain<A>(A);
-
-// SAFETY: every call is forwarded unchanged to the wrapped allocator.
-unsafe impl<A: Allocator> Allocator for Plain<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.0.allocate(layout)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        // SAFETY: the caller's promise, forwarded.
-        unsafe { self.0.deallocate(ptr, layout) }
-    }
 }
 
 #[test]

@@ -26,7 +26,9 @@ use core::ptr::NonNull;
 use std::sync::Mutex;
 
 use allocator_api2::alloc::{AllocError, Allocator};
-use keepalloc_allocators::{AllocatorTable, DefaultBackend, TableAllocator};
+use keepalloc_allocators::{
+    AllocatorTable, DefaultBackend, Request, RequestAllocator, TableAllocator,
+};
 use keepalloc_provider::GlobalProvider;
 
 use crate::KeepallocStatus;
@@ -170,30 +172,14 @@ macro_rules! dispatch {
 
 // SAFETY: forwards every call to one of two allocators, always the same one for a given
 // value (the variant never changes), so blocks go back to the allocator that made them.
-unsafe impl Allocator for BaseBackend {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        dispatch!(self, a => a.allocate(layout))
+unsafe impl RequestAllocator for BaseBackend {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises, forwarded to the same allocator.
+        dispatch!(self, a => unsafe { request.forward_to(a) })
     }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise, forwarded to the same allocator.
         dispatch!(self, a => unsafe { a.deallocate(ptr, layout) })
     }
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises, forwarded to the same allocator.
-        dispatch!(self, a => unsafe { a.grow(ptr, old, new) })
-    }
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises, forwarded to the same allocator.
-        dispatch!(self, a => unsafe { a.shrink(ptr, old, new) })
-    }
 }
+keepalloc_allocators::allocator_from_requests!(BaseBackend);

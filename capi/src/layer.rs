@@ -5,6 +5,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 
 use allocator_api2::alloc::{AllocError, Allocator};
+use keepalloc_allocators::{Request, RequestAllocator};
 
 /// `B` alone, or the wrapper `W` (over a `B`).
 #[derive(Debug)]
@@ -30,17 +31,19 @@ impl<B, W> Layered<B, W> {
 
 // SAFETY: every call forwards to the one allocator the value holds, which never changes, so
 // blocks are always freed and resized by the allocator that made them.
-unsafe impl<B: Allocator, W: Allocator> Allocator for Layered<B, W> {
+unsafe impl<B: Allocator, W: Allocator> RequestAllocator for Layered<B, W> {
     #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
         match self {
-            Layered::Plain(a) => a.allocate(layout),
-            Layered::Wrapped(a) => a.allocate(layout),
+            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
+            Layered::Plain(a) => unsafe { request.forward_to(a) },
+            // SAFETY: as above.
+            Layered::Wrapped(a) => unsafe { request.forward_to(a) },
         }
     }
 
     #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         match self {
             // SAFETY: the caller's promise, forwarded to the allocator that made the block.
             Layered::Plain(a) => unsafe { a.deallocate(ptr, layout) },
@@ -48,34 +51,5 @@ unsafe impl<B: Allocator, W: Allocator> Allocator for Layered<B, W> {
             Layered::Wrapped(a) => unsafe { a.deallocate(ptr, layout) },
         }
     }
-
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Layered::Plain(a) => unsafe { a.grow(ptr, old, new) },
-            // SAFETY: as above.
-            Layered::Wrapped(a) => unsafe { a.grow(ptr, old, new) },
-        }
-    }
-
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        match self {
-            // SAFETY: the caller's promises, forwarded to the allocator that made the block.
-            Layered::Plain(a) => unsafe { a.shrink(ptr, old, new) },
-            // SAFETY: as above.
-            Layered::Wrapped(a) => unsafe { a.shrink(ptr, old, new) },
-        }
-    }
 }
+keepalloc_allocators::allocator_from_requests!([B: Allocator, W: Allocator] Layered<B, W>);

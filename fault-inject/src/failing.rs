@@ -5,6 +5,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use allocator_api2::alloc::{AllocError, Allocator};
+use keepalloc_allocators::{Request, RequestAllocator};
 
 use rand::Rng;
 
@@ -186,54 +187,21 @@ impl<A> Failing<A> {
 
 // SAFETY: a call is either refused before the wrapped allocator sees it, or forwarded with the
 // caller's own arguments, so every block and every promise is the wrapped allocator's.
-unsafe impl<A: Allocator> Allocator for Failing<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.admit(layout.size())?;
-        self.inner.allocate(layout)
+unsafe impl<A: Allocator> RequestAllocator for Failing<A> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        if !matches!(request, Request::Shrink { .. }) {
+            self.admit(request.added_bytes())?;
+        }
+        // SAFETY: the caller's promises are forwarded unchanged.
+        unsafe { request.forward_to(&self.inner) }
     }
 
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.admit(layout.size())?;
-        self.inner.allocate_zeroed(layout)
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise is forwarded unchanged.
         unsafe { self.inner.deallocate(ptr, layout) }
     }
-
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        self.admit(new.size() - old.size())?;
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { self.inner.grow(ptr, old, new) }
-    }
-
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        self.admit(new.size() - old.size())?;
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { self.inner.grow_zeroed(ptr, old, new) }
-    }
-
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { self.inner.shrink(ptr, old, new) }
-    }
 }
+keepalloc_allocators::allocator_from_requests!([A: Allocator] Failing<A>);
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ use core::alloc::Layout;
 use core::ptr::NonNull;
 
 use allocator_api2::alloc::{AllocError, Allocator};
-use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_allocators::{AllocatorTable, Request, RequestAllocator, System};
 use keepalloc_provider::{AllocatorHandle, GlobalProvider, InitError, Provider};
 
 use crate::failing::Failing;
@@ -54,51 +54,20 @@ impl<A> Witnessed<A> {
 
 // SAFETY: every call is forwarded unchanged to `inner` after the witness check, which
 // either returns or ends the process.
-unsafe impl<A: Allocator> Allocator for Witnessed<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+unsafe impl<A: Allocator> RequestAllocator for Witnessed<A> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
         self.check();
-        self.inner.allocate(layout)
+        // SAFETY: the caller's promises, forwarded.
+        unsafe { request.forward_to(&self.inner) }
     }
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.check();
-        self.inner.allocate_zeroed(layout)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         self.check();
         // SAFETY: the caller's promise, forwarded.
         unsafe { self.inner.deallocate(ptr, layout) }
     }
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        self.check();
-        // SAFETY: the caller's promises, forwarded.
-        unsafe { self.inner.grow(ptr, old, new) }
-    }
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        self.check();
-        // SAFETY: the caller's promises, forwarded.
-        unsafe { self.inner.grow_zeroed(ptr, old, new) }
-    }
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        self.check();
-        // SAFETY: the caller's promises, forwarded.
-        unsafe { self.inner.shrink(ptr, old, new) }
-    }
 }
+keepalloc_allocators::allocator_from_requests!([A: Allocator] Witnessed<A>);
 
 /// The backend of the provider under test: the owner's witness, then allocation failures
 /// on demand, over a scribbling allocator (violations abort the process), over the system

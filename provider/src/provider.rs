@@ -731,38 +731,23 @@ impl<B: Allocator + Sync + 'static> AllocatorHandle<B> {
 }
 
 // SAFETY: forwards to the owner's counting backend, which lives for the rest of the process.
-unsafe impl<B: Allocator + Sync + 'static> Allocator for AllocatorHandle<B> {
+unsafe impl<B: Allocator + Sync + 'static> keepalloc_allocators::RequestAllocator
+    for AllocatorHandle<B>
+{
     #[inline]
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.owner.backend.allocate(layout)
+    unsafe fn serve(
+        &self,
+        request: keepalloc_allocators::Request,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: the caller's promises are forwarded unchanged.
+        unsafe { request.forward_to(&self.owner.backend) }
     }
     #[inline]
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.owner.backend.allocate_zeroed(layout)
-    }
-    #[inline]
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: the caller's promise is forwarded unchanged.
         unsafe { self.owner.backend.deallocate(ptr, layout) }
     }
-    #[inline]
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { self.owner.backend.grow(ptr, old, new) }
-    }
-    #[inline]
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: the caller's promises are forwarded unchanged.
-        unsafe { self.owner.backend.shrink(ptr, old, new) }
-    }
 }
+keepalloc_allocators::allocator_from_requests!(
+    [B: Allocator + Sync + 'static] AllocatorHandle<B>
+);

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use allocator_api2::alloc::{AllocError, Allocator};
+use keepalloc_allocators::{Request, RequestAllocator};
 
 use crate::stack::{Stack, capture_into};
 
@@ -325,59 +326,33 @@ fn unit(seed: u64, call: u64) -> f64 {
 
 // SAFETY: every block comes from `inner`, whose contract this forwards; a refused call
 // returns an error without touching `inner`.
-unsafe impl<A: Allocator> Allocator for SiteFailing<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.attempt(layout.size(), None, || self.inner.allocate(layout))
+unsafe impl<A: Allocator> RequestAllocator for SiteFailing<A> {
+    unsafe fn serve(&self, request: Request) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded (caller).
+        let forward = || unsafe { request.forward_to(&self.inner) };
+        match request {
+            // A shrink is no allocation call: never refused, and its block keeps its site.
+            Request::Shrink { ptr, new, .. } => {
+                let p = forward()?;
+                if let Some((site, _)) = self.untrack(ptr) {
+                    self.track(p, site, new.size());
+                }
+                Ok(p)
+            }
+            _ => {
+                let old = request.resized().map(|(ptr, _)| ptr);
+                self.attempt(request.layout().size(), old, forward)
+            }
+        }
     }
 
-    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        self.attempt(layout.size(), None, || self.inner.allocate_zeroed(layout))
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+    unsafe fn free_block(&self, ptr: NonNull<u8>, layout: Layout) {
         self.untrack(ptr);
         // SAFETY: forwarded (caller): `ptr` came from `inner` with `layout`.
         unsafe { self.inner.deallocate(ptr, layout) }
     }
-
-    unsafe fn grow(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: forwarded (caller).
-        self.attempt(new.size(), Some(ptr), || unsafe {
-            self.inner.grow(ptr, old, new)
-        })
-    }
-
-    unsafe fn grow_zeroed(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: forwarded (caller).
-        self.attempt(new.size(), Some(ptr), || unsafe {
-            self.inner.grow_zeroed(ptr, old, new)
-        })
-    }
-
-    unsafe fn shrink(
-        &self,
-        ptr: NonNull<u8>,
-        old: Layout,
-        new: Layout,
-    ) -> Result<NonNull<[u8]>, AllocError> {
-        // SAFETY: forwarded (caller).
-        let p = unsafe { self.inner.shrink(ptr, old, new) }?;
-        if let Some((site, _)) = self.untrack(ptr) {
-            self.track(p, site, new.size());
-        }
-        Ok(p)
-    }
 }
+keepalloc_allocators::allocator_from_requests!([A: Allocator] SiteFailing<A>);
 
 /// What a return address is, found once per address.
 #[derive(Clone, Copy)]
