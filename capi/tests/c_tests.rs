@@ -1,4 +1,4 @@
-//! The C tests of the C ABI, run by `cargo test -p keepalloc`.
+//! The C tests of the C ABI, run by `cargo test -p keepalloc-capi`.
 //!
 //! Each test compiles one program from `tests/c/` with the system C compiler (`$CC`, else
 //! `cc`) against `keepalloc.h` and the static library cargo built for THIS test run, runs it
@@ -10,16 +10,14 @@
 //! executable runs from. So the archive is always the one built from the current sources with
 //! the current features and profile, with no nested cargo (which would wait on cargo's
 //! build-directory lock). `cargo xtask c-test` runs the same programs against the release
-//! build, plus the XNNPACK and C++ examples.
-
-// The C toolchain helpers live in xtask (which `cargo xtask c-test` builds from, and which
-// cargo package verifies on its own); this test shares them from there.
-#[path = "../../xtask/src/ctools.rs"]
-mod ctools;
+//! build, plus the XNNPACK and C++ examples; both use the C toolchain helpers of the test kit
+//! (`keepalloc_testkit::ctools`).
 
 use std::path::PathBuf;
 
-use ctools::{BASELINES, CONTROLS, Dirs, Signature, Toolchain, WRAP_CONTROLS};
+use keepalloc_testkit::ctools::{
+    self, BASELINES, CONTROLS, Dirs, Signature, Toolchain, WRAP_CONTROLS,
+};
 
 /// The foundation tests, by file stem; `every_c_test_is_listed` keeps this in step with
 /// the directory.
@@ -149,38 +147,29 @@ fn plugged_backend() {
     run_c_test("plugged_backend");
 }
 
+/// Fails with every miss when `misses` is not empty.
+fn assert_none_missed(misses: Vec<String>) {
+    assert!(misses.is_empty(), "{}", misses.join("\n\n"));
+}
+
+/// Where the control runs say what they caught or passed.
+fn say(line: &str) {
+    println!("{line}");
+}
+
 /// The controls on the real library (`controls/wrapped_library.c`, linked with
 /// `-Wl,--wrap`): each is caught by the tests that exist for its bug, by its signature.
 #[test]
 fn wrap_controls_are_caught() {
-    let (tc, dirs, lib) = (Toolchain::from_env(), dirs(), staticlib());
-    let mut misses = Vec::new();
-    for control in WRAP_CONTROLS {
-        for catch in control.caught_by {
-            match ctools::run_wrap_control(&tc, &dirs, &lib, control, catch, &out_dir("wrap")) {
-                Ok(reason) => println!(
-                    "control {} ({}): {} failed as it must: {reason}",
-                    control.name, control.breaks, catch.test
-                ),
-                Err(e) => misses.push(e),
-            }
-        }
-    }
-    assert!(misses.is_empty(), "{}", misses.join("\n\n"));
+    let (tc, dirs, lib, out) = (Toolchain::from_env(), dirs(), staticlib(), out_dir("wrap"));
+    assert_none_missed(ctools::catch_wrap_controls(&tc, &dirs, &lib, &out, say));
 }
 
 /// The same tests pass on the pass-through build of the wrapping shims.
 #[test]
 fn wrap_baseline_passes() {
-    let (tc, dirs, lib) = (Toolchain::from_env(), dirs(), staticlib());
-    let mut failures = Vec::new();
-    for test in ctools::wrap_control_tests() {
-        match ctools::run_wrap_baseline(&tc, &dirs, &lib, test, &out_dir("wrap")) {
-            Ok(line) => println!("wrap baseline: {line}"),
-            Err(e) => failures.push(e),
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let (tc, dirs, lib, out) = (Toolchain::from_env(), dirs(), staticlib(), out_dir("wrap"));
+    assert_none_missed(ctools::pass_wrap_baselines(&tc, &dirs, &lib, &out, say));
 }
 
 #[test]
@@ -197,37 +186,16 @@ fn header_compiles_alone_as_c_and_cxx() {
 /// breaks, or the signal in the step it is in). Every control is run; all misses are reported.
 #[test]
 fn negative_controls_are_caught() {
-    let (tc, dirs) = (Toolchain::from_env(), dirs());
-    let mut misses = Vec::new();
-    for control in CONTROLS {
-        for catch in control.caught_by {
-            match ctools::run_control(&tc, &dirs, control, catch, &out_dir("controls")) {
-                Ok(reason) => println!(
-                    "control {} ({}): {} failed as it must: {reason}",
-                    control.name, control.breaks, catch.test
-                ),
-                Err(e) => misses.push(e),
-            }
-        }
-    }
-    assert!(misses.is_empty(), "{}", misses.join("\n\n"));
+    let (tc, dirs, out) = (Toolchain::from_env(), dirs(), out_dir("controls"));
+    assert_none_missed(ctools::catch_controls(&tc, &dirs, &out, say));
 }
 
 /// The bug-free build of each control file passes every test its controls must fail: a
 /// control is caught for its one bug, not for the rest of its file.
 #[test]
 fn control_baselines_pass() {
-    let (tc, dirs) = (Toolchain::from_env(), dirs());
-    let mut failures = Vec::new();
-    for baseline in BASELINES {
-        for test in baseline.tests() {
-            match ctools::run_baseline(&tc, &dirs, baseline, test, &out_dir("controls")) {
-                Ok(line) => println!("baseline {}: {line}", baseline.source),
-                Err(e) => failures.push(e),
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let (tc, dirs, out) = (Toolchain::from_env(), dirs(), out_dir("controls"));
+    assert_none_missed(ctools::pass_baselines(&tc, &dirs, &out, say));
 }
 
 /// The judge of a control's run accepts only the signature of its bug: another check, a

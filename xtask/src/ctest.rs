@@ -23,12 +23,13 @@
 //!    parts print "skipped: libxnnpack-dev not installed" — except when `CI` is set (and not `false`):
 //!    then a missing XNNPACK is an error, so CI cannot skip them silently.
 //!
-//! The same foundation tests also run under `cargo test -p keepalloc`
-//! (`capi/tests/c_tests.rs`); both share `xtask/src/ctools.rs`.
+//! The same foundation tests also run under `cargo test -p keepalloc-capi`
+//! (`capi/tests/c_tests.rs`); both share the test kit's C toolchain helpers
+//! (`testkit/src/ctools/`).
 
 use std::path::{Path, PathBuf};
 
-use crate::ctools::{self, BASELINES, CONTROLS, Dirs, Signature, Toolchain};
+use keepalloc_testkit::ctools::{self, Dirs, Signature, Toolchain};
 
 use crate::util;
 
@@ -181,48 +182,16 @@ fn shared_library(ctx: &Ctx) -> Result<(), String> {
 }
 
 fn controls(ctx: &Ctx) -> Result<(), String> {
+    let (tc, dirs, lib) = (&ctx.tc, &ctx.dirs, &ctx.staticlib);
+    let out = &ctx.out.join("controls");
+    let say = |line: &str| println!("  {line}");
     println!("c-test: negative controls (each must be caught by the signature of its bug)");
-    let out = ctx.out.join("controls");
-    let mut misses = Vec::new();
-    for control in CONTROLS {
-        for catch in control.caught_by {
-            match ctools::run_control(&ctx.tc, &ctx.dirs, control, catch, &out) {
-                Ok(reason) => println!(
-                    "  control {} ({}): {} failed as it must: {reason}",
-                    control.name, control.breaks, catch.test
-                ),
-                Err(e) => misses.push(e),
-            }
-        }
-    }
+    let mut misses = ctools::catch_controls(tc, dirs, out, say);
     println!("c-test: controls on the real library (controls/wrapped_library.c, -Wl,--wrap)");
-    for control in ctools::WRAP_CONTROLS {
-        for catch in control.caught_by {
-            match ctools::run_wrap_control(&ctx.tc, &ctx.dirs, &ctx.staticlib, control, catch, &out)
-            {
-                Ok(reason) => println!(
-                    "  control {} ({}): {} failed as it must: {reason}",
-                    control.name, control.breaks, catch.test
-                ),
-                Err(e) => misses.push(e),
-            }
-        }
-    }
-    for test in ctools::wrap_control_tests() {
-        match ctools::run_wrap_baseline(&ctx.tc, &ctx.dirs, &ctx.staticlib, test, &out) {
-            Ok(line) => println!("  wrap baseline: {line}"),
-            Err(e) => misses.push(e),
-        }
-    }
+    misses.extend(ctools::catch_wrap_controls(tc, dirs, lib, out, say));
+    misses.extend(ctools::pass_wrap_baselines(tc, dirs, lib, out, say));
     println!("c-test: control baselines (bug-free, must pass what their controls fail)");
-    for baseline in BASELINES {
-        for test in baseline.tests() {
-            match ctools::run_baseline(&ctx.tc, &ctx.dirs, baseline, test, &out) {
-                Ok(line) => println!("  baseline {}: {line}", baseline.source),
-                Err(e) => misses.push(e),
-            }
-        }
-    }
+    misses.extend(ctools::pass_baselines(tc, dirs, out, say));
     if misses.is_empty() {
         Ok(())
     } else {
@@ -444,7 +413,7 @@ fn xnnpack(ctx: &Ctx, include: &Path, runs: u32) -> Result<(), String> {
     // The same example against the broken providers: the hook's record of what XNNPACK was
     // handed exposes them.
     for (mode, control_name, signatures) in XNNPACK_MODES {
-        let control = CONTROLS
+        let control = ctools::CONTROLS
             .iter()
             .find(|c| c.name == *control_name)
             .ok_or_else(|| format!("no control named {control_name}"))?;

@@ -8,7 +8,6 @@ mod alloc_bench;
 mod bench;
 mod c_adoption;
 mod ctest;
-mod ctools;
 mod fault_explore;
 mod fault_test;
 mod install;

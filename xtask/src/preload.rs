@@ -14,6 +14,8 @@ use std::time::Instant;
 
 use crate::util;
 
+use keepalloc_testkit::preload_env::with_preload;
+
 /// `cargo xtask preload-check --help`.
 pub const LONG_ABOUT: &str = "\
 Installs keepalloc into PREFIX (cargo xtask install --prefix PREFIX, then
@@ -153,15 +155,8 @@ fn executorch_xnnpack(root: &Path) -> Option<PathBuf> {
 /// Runs one check, with `preload` in LD_PRELOAD or none; prints its output and time; fails
 /// unless it exits 0.
 fn check(label: &str, cmd: &mut Command, preload: Option<&Path>) -> Result<(), String> {
-    cmd.env_remove("LD_PRELOAD")
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("KEEPALLOC_ADOPT")
-        .env_remove("KEEPALLOC_SCRIBBLE");
-    if let Some(p) = preload {
-        cmd.env("LD_PRELOAD", p);
-    }
     let start = Instant::now();
-    let out = output(cmd)?;
+    let out = output(with_preload(cmd, preload))?;
     let took = start.elapsed().as_secs_f64();
     print!("{}", String::from_utf8_lossy(&out.stdout));
     if !out.status.success() {

@@ -31,6 +31,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use keepalloc_testkit::preload_env::with_preload;
 use keepalloc_testkit::{describe, not_run, runtimes};
 use keepalloc_xnnpack::{Interposition, interposition};
 
@@ -197,17 +198,9 @@ fn executorch(test: &str) -> Option<PathBuf> {
 }
 
 /// Runs `cmd` with `preload` in LD_PRELOAD (or none), the adoption settings cleared unless
-/// `env` sets them; prints the stdout lines and the time. cargo's LD_LIBRARY_PATH is removed:
-/// it names target/<profile>/ first, whose libkeepalloc_capi.so is another file than the one
-/// the programs link (RUNPATH comes after LD_LIBRARY_PATH), and would give a second owner.
+/// `env` sets them ([`with_preload`]); prints the stdout lines and the time.
 fn run(label: &str, cmd: &mut Command, preload: Option<&Path>, env: &[(&str, &str)]) -> Output {
-    cmd.env_remove("LD_PRELOAD")
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("KEEPALLOC_ADOPT")
-        .env_remove("KEEPALLOC_SCRIBBLE");
-    if let Some(p) = preload {
-        cmd.env("LD_PRELOAD", p);
-    }
+    with_preload(cmd, preload);
     for (k, v) in env {
         cmd.env(k, v);
     }

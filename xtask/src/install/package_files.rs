@@ -112,22 +112,7 @@ foreach(_keepalloc_file "${{_keepalloc_libdir}}/{file}" "${{_keepalloc_libdir}}/
   endif()
 endforeach()
 
-if(NOT TARGET keepalloc::keepalloc)
-  add_library(keepalloc::keepalloc SHARED IMPORTED)
-  set_target_properties(keepalloc::keepalloc PROPERTIES
-    IMPORTED_LOCATION "${{_keepalloc_libdir}}/{file}"
-    IMPORTED_SONAME "{soname}"
-    INTERFACE_INCLUDE_DIRECTORIES "${{_keepalloc_includedir}}")
-endif()
-if(NOT TARGET keepalloc::keepalloc_static)
-  add_library(keepalloc::keepalloc_static STATIC IMPORTED)
-  set_target_properties(keepalloc::keepalloc_static PROPERTIES
-    IMPORTED_LOCATION "${{_keepalloc_libdir}}/libkeepalloc.a"
-    IMPORTED_LINK_INTERFACE_LANGUAGES "C"
-    INTERFACE_INCLUDE_DIRECTORIES "${{_keepalloc_includedir}}"
-    INTERFACE_LINK_LIBRARIES "{private}")
-endif()
-set(keepalloc_PRELOAD_LIBRARY "${{_keepalloc_libdir}}/libkeepalloc_preload.so")
+{shared}{static_}set(keepalloc_PRELOAD_LIBRARY "${{_keepalloc_libdir}}/libkeepalloc_preload.so")
 
 unset(_keepalloc_file)
 unset(_keepalloc_prefix)
@@ -138,9 +123,43 @@ unset(_keepalloc_includedir)
         major_minor = names.version.rsplit_once('.').map_or("", |(mm, _)| mm),
         prefix = cmake_prefix(layout),
         file = names.file,
-        soname = names.soname,
-        private = native_static_libs.join(";"),
+        shared = cmake_imported_target(
+            "keepalloc",
+            "SHARED",
+            &[
+                (
+                    "IMPORTED_LOCATION",
+                    &format!("${{_keepalloc_libdir}}/{}", names.file)
+                ),
+                ("IMPORTED_SONAME", &names.soname),
+                ("INTERFACE_INCLUDE_DIRECTORIES", "${_keepalloc_includedir}"),
+            ],
+        ),
+        static_ = cmake_imported_target(
+            "keepalloc_static",
+            "STATIC",
+            &[
+                ("IMPORTED_LOCATION", "${_keepalloc_libdir}/libkeepalloc.a"),
+                ("IMPORTED_LINK_INTERFACE_LANGUAGES", "C"),
+                ("INTERFACE_INCLUDE_DIRECTORIES", "${_keepalloc_includedir}"),
+                ("INTERFACE_LINK_LIBRARIES", &native_static_libs.join(";")),
+            ],
+        ),
     )
+}
+
+/// The imported target `keepalloc::<name>` (`kind`: SHARED or STATIC) with `properties`,
+/// unless the project already has one by that name.
+fn cmake_imported_target(name: &str, kind: &str, properties: &[(&str, &str)]) -> String {
+    let mut block = format!(
+        "if(NOT TARGET keepalloc::{name})\n  add_library(keepalloc::{name} {kind} IMPORTED)\n  \
+         set_target_properties(keepalloc::{name} PROPERTIES"
+    );
+    for (key, value) in properties {
+        block.push_str(&format!("\n    {key} \"{value}\""));
+    }
+    block.push_str(")\nendif()\n");
+    block
 }
 
 /// Compatible versions: before 1.0 the same major.minor (a 0.x minor may break the ABI, as

@@ -368,7 +368,7 @@ fn fail_env_on_installed(dir: &Path, pc_dir: &Path, lib: &Path) -> Result<(), St
     };
     let list = run("list")?;
     let stderr = String::from_utf8_lossy(&list.stderr);
-    let site = crate::ctools::site_in(&stderr, "make_workspace", 3)
+    let site = keepalloc_testkit::ctools::site_in(&stderr, "make_workspace", 3)
         .ok_or_else(|| format!("KEEPALLOC_FAIL=list named no make_workspace site:\n{stderr}"))?;
     let failed = run(&format!("site:{site},hits:all"))?;
     let stdout = String::from_utf8_lossy(&failed.stdout);
