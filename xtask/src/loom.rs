@@ -25,21 +25,27 @@ environment: LOOM_MAX_PREEMPTIONS (the bound of the 3-thread models), LOOM_LOG."
 #[derive(clap::Args, Debug)]
 pub struct Args {}
 
+/// The `cargo` arguments that run the loom models (shared with `cargo xtask mutants`).
+pub const TEST_ARGS: [&str; 6] = [
+    "test",
+    "--release",
+    "-p",
+    "keepalloc-provider",
+    "--test",
+    "loom",
+];
+
+/// The `RUSTFLAGS` the models are built with: the whole crate under `--cfg loom`.
+pub const RUSTFLAGS: &str = "--cfg loom";
+
 /// Runs the loom models.
 pub fn run(_: Args) -> Result<(), String> {
     let target = util::root().join("target").join("loom");
     let mut cmd = util::cargo();
-    cmd.args([
-        "test",
-        "--release",
-        "-p",
-        "keepalloc-provider",
-        "--test",
-        "loom",
-    ])
-    .env("RUSTFLAGS", "--cfg loom")
-    .env("CARGO_TARGET_DIR", &target)
-    .env("LOOM_LOG", std::env::var("LOOM_LOG").unwrap_or_default());
+    cmd.args(TEST_ARGS)
+        .env("RUSTFLAGS", RUSTFLAGS)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LOOM_LOG", std::env::var("LOOM_LOG").unwrap_or_default());
     println!("xtask loom: model-checking KeepCell (provider/tests/loom.rs)");
     util::run(&mut cmd)
 }

@@ -160,15 +160,17 @@ pub fn describe_exit(end: &RunEnd) -> String {
     }
 }
 
+/// `sh -c script`, for the tests that run real processes (here and in the campaign's pool).
+#[cfg(all(test, unix))]
+pub fn sh(script: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script]);
+    cmd
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-
-    fn sh(script: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", script]);
-        cmd
-    }
 
     #[test]
     fn captures_output_exit_codes_and_signals() {

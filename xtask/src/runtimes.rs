@@ -41,3 +41,20 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     util::run(&mut cmd)
 }
+
+/// Fetches the runtimes as [`run`] does (a failure is an error) and reads
+/// `target/runtimes/runtimes.json`, where they are.
+pub fn manifest() -> Result<serde_json::Value, String> {
+    run(Args::default())?;
+    let path = util::root().join("target/runtimes/runtimes.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// The ONNX Runtime library a [`manifest`] names.
+pub fn onnxruntime_library(manifest: &serde_json::Value) -> Result<&str, String> {
+    manifest["onnxruntime"]["library"]
+        .as_str()
+        .ok_or_else(|| "runtimes.json names no ONNX Runtime library".to_owned())
+}

@@ -71,16 +71,8 @@ fn target_env(target: &str, model: &str) -> Result<Vec<(String, String)>, String
     if target != "onnxruntime" {
         return Ok(Vec::new());
     }
-    crate::runtimes::run(crate::runtimes::Args::default())?;
-    let manifest_path = util::root().join("target/runtimes/runtimes.json");
-    let manifest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&manifest_path)
-            .map_err(|e| format!("cannot read {}: {e}", manifest_path.display()))?,
-    )
-    .map_err(|e| e.to_string())?;
-    let lib = manifest["onnxruntime"]["library"]
-        .as_str()
-        .ok_or("runtimes.json names no ONNX Runtime library")?;
+    let manifest = crate::runtimes::manifest()?;
+    let lib = crate::runtimes::onnxruntime_library(&manifest)?;
     let generated = util::root()
         .join("runtimes/onnxruntime/models")
         .join(format!("{model}.onnx"));

@@ -112,12 +112,7 @@ fn progress(done: &AtomicUsize, total: usize, finished: &AtomicBool, started: In
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-
-    fn sh(script: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", script]);
-        cmd
-    }
+    use crate::process::sh;
 
     #[test]
     fn returns_results_in_command_order() {

@@ -82,18 +82,8 @@ impl Options {
 pub fn run(args: Args) -> Result<(), String> {
     let opts = Options::from_args(args)?;
     // The runtimes: downloaded (or found complete) first; a failure is an error.
-    crate::runtimes::run(crate::runtimes::Args::default())?;
-    let manifest_path = util::root().join("target/runtimes/runtimes.json");
-    let manifest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&manifest_path)
-            .map_err(|e| format!("cannot read {}: {e}", manifest_path.display()))?,
-    )
-    .map_err(|e| e.to_string())?;
-    let ort = PathBuf::from(
-        manifest["onnxruntime"]["library"]
-            .as_str()
-            .ok_or("runtimes.json names no ONNX Runtime library")?,
-    );
+    let manifest = crate::runtimes::manifest()?;
+    let ort = PathBuf::from(crate::runtimes::onnxruntime_library(&manifest)?);
     let mut models: BTreeMap<String, PathBuf> = BTreeMap::new();
     if let Some(m) = manifest["onnxruntime"]["models"].as_object() {
         for (name, p) in m {
@@ -126,7 +116,20 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut runs: Vec<Run> = Vec::new();
     let started = Instant::now();
     for (name, path) in &models {
-        let count = run_child(&child, &ort, name, path, "never", 1, false, 0, opts.timeout);
+        let run = |plan: &str, threads: usize, control: bool, refusals: u32| {
+            run_child(
+                &child,
+                &ort,
+                name,
+                path,
+                plan,
+                threads,
+                control,
+                refusals,
+                opts.timeout,
+            )
+        };
+        let count = run("never", 1, false, 0);
         let sites = count.figures["allocation_calls"].as_u64();
         let count_ok = count.outcome == "ok";
         runs.push(Run {
@@ -149,56 +152,16 @@ pub fn run(args: Args) -> Result<(), String> {
             }
         };
         for k in 1..=sites {
-            runs.push(run_child(
-                &child,
-                &ort,
-                name,
-                path,
-                &format!("nth:{k}"),
-                1,
-                false,
-                0,
-                opts.timeout,
-            ));
+            runs.push(run(&format!("nth:{k}"), 1, false, 0));
         }
         for p in ["0.05", "0.25"] {
             for seed in 1..=opts.runs {
                 let plan = format!("probability:{p}@{seed}");
-                runs.push(run_child(
-                    &child,
-                    &ort,
-                    name,
-                    path,
-                    &plan,
-                    opts.threads,
-                    false,
-                    0,
-                    opts.timeout,
-                ));
+                runs.push(run(&plan, opts.threads, false, 0));
             }
         }
-        runs.push(run_child(
-            &child,
-            &ort,
-            name,
-            path,
-            "never",
-            opts.threads,
-            false,
-            3,
-            opts.timeout,
-        ));
-        runs.push(run_child(
-            &child,
-            &ort,
-            name,
-            path,
-            "never",
-            1,
-            true,
-            0,
-            opts.timeout,
-        ));
+        runs.push(run("never", opts.threads, false, 3));
+        runs.push(run("never", 1, true, 0));
     }
     let elapsed = started.elapsed();
 

@@ -34,34 +34,47 @@ pub(super) fn print_table(runs: &[Run]) {
         let i = OUTCOMES.iter().position(|o| *o == r.outcome).unwrap_or(7);
         row[i] += 1;
     }
-    println!(
-        "\n{:<24} {:<9} {:>4} {:>4} {:>11} {:>5} {:>4} {:>12} {:>4} {:>9} {:>5}",
-        "model",
-        "plan",
-        "runs",
-        "ok",
-        "clean-error",
-        "crash",
-        "hang",
-        "wrong-output",
-        "leak",
-        "keepalloc",
-        "other"
-    );
+    println!();
+    print_row(COLUMNS.map(|(heading, _)| heading.to_owned()));
     for ((model, plan), c) in &rows {
-        println!(
-            "{:<24} {:<9} {:>4} {:>4} {:>11} {:>5} {:>4} {:>12} {:>4} {:>9} {:>5}",
-            model,
-            plan,
-            c.iter().sum::<usize>(),
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            c[5],
-            c[6],
-            c[7]
-        );
+        print_row(std::array::from_fn(|i| match i {
+            0 => model.clone(),
+            1 => plan.clone(),
+            2 => c.iter().sum::<usize>().to_string(),
+            i => c[i - 3].to_string(),
+        }));
     }
+}
+
+/// The table's columns, heading and width: model and plan, the runs, then a column per
+/// entry of [`OUTCOMES`] and one for any other outcome.
+const COLUMNS: [(&str, usize); 11] = [
+    ("model", 24),
+    ("plan", 9),
+    ("runs", 4),
+    ("ok", 4),
+    ("clean-error", 11),
+    ("crash", 5),
+    ("hang", 4),
+    ("wrong-output", 12),
+    ("leak", 4),
+    ("keepalloc", 9),
+    ("other", 5),
+];
+
+/// One line of the table: model and plan left-aligned, the counts right-aligned.
+fn print_row(cells: [String; 11]) {
+    let line: Vec<String> = cells
+        .iter()
+        .zip(COLUMNS)
+        .enumerate()
+        .map(|(i, (cell, (_, width)))| {
+            if i < 2 {
+                format!("{cell:<width$}")
+            } else {
+                format!("{cell:>width$}")
+            }
+        })
+        .collect();
+    println!("{}", line.join(" "));
 }
