@@ -61,6 +61,7 @@ pub mod delay;
 pub mod explore;
 mod failing;
 pub mod init_plan;
+pub mod ledger;
 pub mod real_provider;
 pub mod report;
 pub mod scenario;

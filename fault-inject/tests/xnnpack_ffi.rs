@@ -27,12 +27,12 @@
 //! test prints "skipped: libxnnpack-dev not installed", unless `CI` is set, where that is a
 //! failure.
 
-use core::ffi::c_void;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Barrier, OnceLock};
 
 use keepalloc_allocators::{AllocatorTable, System};
+use keepalloc_fault_inject::ledger;
 use keepalloc_fault_inject::report::exit;
 use keepalloc_fault_inject::{Scribble, ScribbleConfig};
 use keepalloc_provider::{GlobalProvider, InitError, Provider};
@@ -90,46 +90,14 @@ fn fully_connected(input: usize, output: usize, batch: usize) {
         }
     }
     let mut y = vec![f32::NAN; batch * output];
-    let mut op: *mut c_void = core::ptr::null_mut();
-    // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer.
-    let status = unsafe {
-        (xnn.create_fully_connected_nc_f32)(
-            input,
-            output,
-            input,
-            output,
-            w.as_ptr(),
-            b.as_ptr(),
-            lo,
-            hi,
-            0,
-            &mut op,
-        )
-    };
-    assert_eq!(
-        status, XNN_STATUS_SUCCESS,
-        "xnn_create_fully_connected_nc_f32"
-    );
+    // SAFETY: the entry points Debian2022Api looked up.
+    let op = unsafe { xnn.create_fully_connected(input, output, &w, &b, lo, hi) }
+        .expect("xnn_create_fully_connected_nc_f32");
     w.fill(f32::NAN); // the run may only use XNNPACK's packed copy
     b.fill(f32::NAN);
     // SAFETY: op is live; x holds batch*input floats plus XNN_EXTRA_BYTES, y batch*output.
-    unsafe {
-        assert_eq!(
-            (xnn.setup_fully_connected_nc_f32)(
-                op,
-                batch,
-                x.as_ptr(),
-                y.as_mut_ptr(),
-                core::ptr::null_mut()
-            ),
-            0
-        );
-        assert_eq!(
-            (xnn.run_operator)(op, core::ptr::null_mut()),
-            XNN_STATUS_SUCCESS,
-            "xnn_run_operator"
-        );
-    }
+    unsafe { xnn.run_fully_connected(op, batch, x.as_ptr(), y.as_mut_ptr()) }
+        .expect("xnn_setup_fully_connected_nc_f32 and xnn_run_operator");
     for (i, (got, want)) in y.iter().zip(&expect).enumerate() {
         assert!(
             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
@@ -247,19 +215,7 @@ fn keepalloc_scenario(failures: u32) {
     let after = BACKEND.stats();
     let counted_after = handles[0].stats();
     println!("keepalloc over Scribble: before the operator {before:?}; after delete {after:?}");
-    assert!(
-        after.allocations > before.allocations,
-        "XNNPACK allocated through our owner (the backend's own count)"
-    );
-    assert_eq!(
-        after.frees - before.frees,
-        after.allocations - before.allocations,
-        "and freed every block it allocated (the backend's own count)"
-    );
-    assert_eq!(
-        after.live_blocks, before.live_blocks,
-        "and gave every block back (the backend's own count)"
-    );
+    let blocks = ledger::blocks_returned("XNNPACK's operator", &before, &after);
     assert_eq!(
         (after.violations, before.violations),
         (0, 0),
@@ -274,20 +230,11 @@ fn keepalloc_scenario(failures: u32) {
     let stats = PROVIDER.stats();
     assert_eq!((stats.owners_constructed, stats.init_successes), (1, 1));
     assert_eq!(stats.init_attempts, u64::from(failures) + 1);
-    // (A reallocation moves the block: one new block for the backend.)
-    assert_eq!(
-        (counted_after.allocations + counted_after.reallocations)
-            - (counted_before.allocations + counted_before.reallocations),
-        after.allocations - before.allocations,
-        "the owner's counter agrees with the backend's"
-    );
-    assert_eq!(
-        counted_after.live_bytes, counted_before.live_bytes,
-        "and gave every byte back"
-    );
-    assert_eq!(
-        counted_after.deallocations - counted_before.deallocations,
-        counted_after.allocations - counted_before.allocations
+    ledger::owner_agrees(
+        "XNNPACK's operator",
+        &counted_before,
+        &counted_after,
+        blocks,
     );
 }
 

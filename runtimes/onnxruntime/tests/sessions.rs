@@ -14,11 +14,11 @@
 //! `CI=true`, where it fails.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use keepalloc_allocators::System;
-use keepalloc_fault_inject::{Policy, Scribble, ScribbleConfig};
+use keepalloc_fault_inject::Scribble;
+use keepalloc_fault_inject::ledger::{self, Witnessed};
 use keepalloc_onnxruntime::{
     Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, register_env_allocator,
     sample_inputs,
@@ -28,19 +28,10 @@ use keepalloc_provider::GlobalProvider;
 /// The test's own backend, a static it reads directly: the blocks it hands out are the
 /// witness that ONNX Runtime's sessions allocated through the owner (nothing but the owner
 /// allocates from it).
-static BACKEND: Scribble<System> =
-    Scribble::new(System, ScribbleConfig::DEFAULT.with_policy(Policy::Record));
+static BACKEND: Witnessed = Witnessed::new();
 
-/// Owner constructions, counted in the constructor the test gives the provider.
-static CONSTRUCTED: AtomicU32 = AtomicU32::new(0);
-
-static OWNER: GlobalProvider<&'static Scribble<System>> = GlobalProvider::new(
-    || {
-        CONSTRUCTED.fetch_add(1, Ordering::SeqCst);
-        Ok(&BACKEND)
-    },
-    None,
-);
+static OWNER: GlobalProvider<&'static Scribble<System>> =
+    GlobalProvider::new(|| BACKEND.construct(), None);
 
 const THREADS: usize = 8;
 
@@ -175,7 +166,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         "one allocator for every caller"
     );
     assert_eq!(
-        CONSTRUCTED.load(Ordering::SeqCst),
+        BACKEND.constructed(),
         1,
         "one owner, ever (the test's constructor counter)"
     );
@@ -276,21 +267,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         }
 
         // The test's own witness first: the blocks its backend handed out and got back.
-        let backend = BACKEND.stats();
-        let blocks = backend.allocations - base_backend.allocations;
-        assert!(
-            blocks > 0,
-            "{name}: the sessions never allocated through the owner (the backend's own count)"
-        );
-        assert_eq!(
-            backend.frees - base_backend.frees,
-            blocks,
-            "{name}: ORT freed every block it got (the backend's own count)"
-        );
-        assert_eq!(
-            backend.live_blocks, base_backend.live_blocks,
-            "{name}: live blocks back to the baseline (the backend's own count)"
-        );
+        let blocks = ledger::blocks_returned(name, &base_backend, &BACKEND.stats());
         // Then the face's ledger and the owner's counters, which must agree with it.
         let owner = OWNER.stats().allocator;
         let seen = face.stats();
@@ -339,7 +316,7 @@ fn concurrent_sessions_allocate_only_through_the_owner() {
         BACKEND.violations()
     );
     assert_eq!(
-        CONSTRUCTED.load(Ordering::SeqCst),
+        BACKEND.constructed(),
         1,
         "still one owner (the test's constructor counter)"
     );

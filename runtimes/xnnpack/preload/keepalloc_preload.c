@@ -246,6 +246,19 @@ static int forward(xnn_initialize_fn real, const keepalloc_table* allocator) {
   return real(allocator);
 }
 
+/* The copy's xnn_initialize with the owner's published table, once the once is done or from
+ * inside it; the forward-NULL control passes the caller's allocator instead. */
+static int forward_published(xnn_initialize_fn real, const keepalloc_table* allocator,
+                             const keepalloc_table* table) {
+#ifdef KEEPALLOC_PRELOAD_CONTROL_FORWARD_NULL
+  (void)table;
+  return forward(real, allocator);
+#else
+  (void)allocator;
+  return forward(real, table);
+#endif
+}
+
 EXPORT int xnn_initialize(const keepalloc_table* allocator) {
   const void* ret = __builtin_extract_return_addr(__builtin_return_address(0));
   int m = mode();
@@ -340,11 +353,7 @@ EXPORT int xnn_initialize(const keepalloc_table* allocator) {
           "already adopted (library's once done): the copy's xnn_initialize called with the "
           "same table, library ",
           name, -1);
-#ifdef KEEPALLOC_PRELOAD_CONTROL_FORWARD_NULL
-      return forward(real, allocator);
-#else
-      return forward(real, table);
-#endif
+      return forward_published(real, allocator, table);
     case KEEPALLOC_INIT_FAILED:
       say(m, caller_base, caller_name, D_INIT_FAILED,
           "the copy's xnn_initialize failed inside the once (the next call retries), status ",
@@ -358,11 +367,7 @@ EXPORT int xnn_initialize(const keepalloc_table* allocator) {
             "called from inside the once of its own library: the copy's xnn_initialize "
             "called with the published table, library ",
             name, -1);
-#ifdef KEEPALLOC_PRELOAD_CONTROL_FORWARD_NULL
-        return forward(real, allocator);
-#else
-        return forward(real, table);
-#endif
+        return forward_published(real, allocator, table);
       }
       say(m, caller_base, caller_name, D_FAILED,
           "re-entered with no published table; xnn_initialize fails with status ", NULL,

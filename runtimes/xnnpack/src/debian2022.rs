@@ -6,8 +6,11 @@ use core::ffi::c_void;
 use std::path::Path;
 
 use crate::XnnpackError;
-use crate::ffi::{self, CpuinfoInitialize, DeleteOperator, Initialize, Namespace, RunOperator};
-use crate::library::{Generation, open_library, required};
+use crate::ffi::{
+    self, CpuinfoInitialize, DeleteOperator, Initialize, Namespace, RunOperator, XnnOperator,
+    XnnStatus,
+};
+use crate::library::{Generation, open_library, xnn_entry_points};
 
 /// The entry points of an XNNPACK built from Debian's 2022-02-16 `xnnpack.h`
 /// ([`Generation::Debian2022`]), looked up by name; the library is never unloaded, so they
@@ -37,27 +40,24 @@ pub struct Debian2022Api {
     /// `xnn_setup_convolution2d_nhwc_f32`.
     pub setup_convolution2d_nhwc_f32: ffi::debian2022::SetupConvolution2dNhwcF32,
     /// `xnn_create_subgraph`.
-    pub create_subgraph: ffi::debian2022::CreateSubgraph,
+    pub create_subgraph: ffi::CreateSubgraph,
     /// `xnn_delete_subgraph`.
-    pub delete_subgraph: ffi::debian2022::DeleteSubgraph,
+    pub delete_subgraph: ffi::DeleteSubgraph,
     /// `xnn_define_tensor_value`.
-    pub define_tensor_value: ffi::debian2022::DefineTensorValue,
+    pub define_tensor_value: ffi::DefineTensorValue,
     /// `xnn_define_fully_connected`.
-    pub define_fully_connected: ffi::debian2022::DefineFullyConnected,
+    pub define_fully_connected: ffi::DefineFullyConnected,
     /// `xnn_create_runtime_v2`.
     pub create_runtime_v2: ffi::debian2022::CreateRuntimeV2,
     /// `xnn_setup_runtime`.
     pub setup_runtime: ffi::debian2022::SetupRuntime,
     /// `xnn_invoke_runtime`.
-    pub invoke_runtime: ffi::debian2022::RuntimeCall,
+    pub invoke_runtime: ffi::RuntimeFn,
     /// `xnn_delete_runtime`.
-    pub delete_runtime: ffi::debian2022::RuntimeCall,
+    pub delete_runtime: ffi::RuntimeFn,
     /// `pthreadpool_create` and `pthreadpool_destroy` of the pthreadpool the library links
     /// (found through its dependencies), if exported.
-    pub pthreadpool: Option<(
-        ffi::debian2022::PthreadpoolCreate,
-        ffi::debian2022::PthreadpoolDestroy,
-    )>,
+    pub pthreadpool: Option<(ffi::PthreadpoolCreate, ffi::debian2022::PthreadpoolDestroy)>,
     /// cpuinfo's `cpuinfo_initialize`, if the library or its dependencies export it: the
     /// slow part of the first `xnn_initialize` (it reads /proc and /sys), which a test that
     /// races initializations runs first.
@@ -105,48 +105,84 @@ impl Debian2022Api {
         Err(first.expect("SONAMES is not empty"))
     }
 
+    /// `xnn_create_fully_connected_nc_f32` over `w` (`output` × `input` floats,
+    /// `[output][input]`) and `b` (`output` floats), clamped to `lo..=hi`: XNNPACK packs copies
+    /// of them into memory from its allocator. The operator is the caller's to delete.
+    ///
+    /// # Safety
+    /// The entry points are the library's, as [`Debian2022Api::load`] looked them up.
+    pub unsafe fn create_fully_connected(
+        &self,
+        input: usize,
+        output: usize,
+        w: &[f32],
+        b: &[f32],
+        lo: f32,
+        hi: f32,
+    ) -> Result<XnnOperator, XnnStatus> {
+        assert!(w.len() >= output * input && b.len() >= output);
+        let mut op = core::ptr::null_mut();
+        // SAFETY: the caller's promise about the entry point; `w` and `b` hold the sizes asserted; `op` is a valid out-pointer.
+        let status = unsafe {
+            (self.create_fully_connected_nc_f32)(
+                input,
+                output,
+                input,
+                output,
+                w.as_ptr(),
+                b.as_ptr(),
+                lo,
+                hi,
+                0,
+                &mut op,
+            )
+        };
+        ffi::status(status).map(|()| op)
+    }
+
+    /// `xnn_setup_fully_connected_nc_f32` for `batch` rows of `x` into `y`, then
+    /// `xnn_run_operator` on the calling thread.
+    ///
+    /// # Safety
+    /// The entry points are the library's; `op` is a live fully-connected operator of it;
+    /// `x` holds `batch` × its input channels floats followed by `XNN_EXTRA_BYTES` readable
+    /// bytes, and `y` `batch` × its output channels floats.
+    pub unsafe fn run_fully_connected(
+        &self,
+        op: XnnOperator,
+        batch: usize,
+        x: *const f32,
+        y: *mut f32,
+    ) -> Result<(), XnnStatus> {
+        let pool = core::ptr::null_mut();
+        // SAFETY: the caller's promise; no thread pool (NULL).
+        unsafe {
+            ffi::status((self.setup_fully_connected_nc_f32)(op, batch, x, y, pool))?;
+            ffi::status((self.run_operator)(op, pool))
+        }
+    }
+
     /// Looks the entry points up in an open library.
     ///
     /// # Safety
     /// `handle` is a live handle of an XNNPACK built from Debian's 2022-02-16 header.
     pub(crate) unsafe fn from_handle(handle: *mut c_void) -> Result<Debian2022Api, XnnpackError> {
-        // SAFETY: (every symbol) each is the XNNPACK function of that name, whose C signature in Debian's 2022-02-16 xnnpack.h (quoted in `ffi::debian2022`; initialize, run and delete in `ffi`) is the type of the field it is stored in; cpuinfo_initialize is cpuinfo.h's, the pthreadpool functions pthreadpool.h's.
+        // SAFETY: (every symbol) each is the XNNPACK function of that name, whose C signature in Debian's 2022-02-16 xnnpack.h (quoted in `ffi::debian2022`; the shared ones in `ffi`) is the type of the field it is stored in; cpuinfo_initialize is cpuinfo.h's, the pthreadpool functions pthreadpool.h's.
         unsafe {
-            Ok(Debian2022Api {
-                initialize: required(handle, c"xnn_initialize")?,
-                create_fully_connected_nc_f32: required(
-                    handle,
-                    c"xnn_create_fully_connected_nc_f32",
-                )?,
-                setup_fully_connected_nc_f32: required(
-                    handle,
-                    c"xnn_setup_fully_connected_nc_f32",
-                )?,
-                create_sigmoid_nc_f32: required(handle, c"xnn_create_sigmoid_nc_f32")?,
-                setup_sigmoid_nc_f32: required(handle, c"xnn_setup_sigmoid_nc_f32")?,
-                run_operator: required(handle, c"xnn_run_operator")?,
-                delete_operator: required(handle, c"xnn_delete_operator")?,
-                create_convolution2d_nhwc_f32: required(
-                    handle,
-                    c"xnn_create_convolution2d_nhwc_f32",
-                )?,
-                setup_convolution2d_nhwc_f32: required(
-                    handle,
-                    c"xnn_setup_convolution2d_nhwc_f32",
-                )?,
-                create_subgraph: required(handle, c"xnn_create_subgraph")?,
-                delete_subgraph: required(handle, c"xnn_delete_subgraph")?,
-                define_tensor_value: required(handle, c"xnn_define_tensor_value")?,
-                define_fully_connected: required(handle, c"xnn_define_fully_connected")?,
-                create_runtime_v2: required(handle, c"xnn_create_runtime_v2")?,
-                setup_runtime: required(handle, c"xnn_setup_runtime")?,
-                invoke_runtime: required(handle, c"xnn_invoke_runtime")?,
-                delete_runtime: required(handle, c"xnn_delete_runtime")?,
+            Ok(xnn_entry_points!(
+                handle,
+                Debian2022Api {
+                    initialize, create_fully_connected_nc_f32, setup_fully_connected_nc_f32,
+                    create_sigmoid_nc_f32, setup_sigmoid_nc_f32, run_operator, delete_operator,
+                    create_convolution2d_nhwc_f32, setup_convolution2d_nhwc_f32, create_subgraph,
+                    delete_subgraph, define_tensor_value, define_fully_connected, create_runtime_v2,
+                    setup_runtime, invoke_runtime, delete_runtime,
+                },
                 pthreadpool: ffi::symbol(handle, c"pthreadpool_create")
                     .ok()
                     .zip(ffi::symbol(handle, c"pthreadpool_destroy").ok()),
                 cpuinfo_initialize: ffi::symbol(handle, c"cpuinfo_initialize").ok(),
-            })
+            ))
         }
     }
 }

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use keepalloc_allocators::AllocatorTable;
 
 use crate::XnnpackError;
+use crate::current::create_fully_connected;
 use crate::debian2022::Debian2022Api;
 use crate::ffi::{
-    self, DeleteOperator, Initialize, Namespace, RunOperator, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS,
-    XnnOperator, XnnStatus,
+    self, DeleteOperator, Initialize, Namespace, RunOperator, XNN_EXTRA_FLOATS, XnnStatus,
 };
 
 /// Which `xnnpack.h` the library was built from; the function signatures differ.
@@ -93,6 +93,33 @@ pub(crate) unsafe fn required<F: Copy>(
     unsafe { ffi::symbol(handle, name) }
         .map_err(|_| XnnpackError::Missing(name.to_string_lossy().into_owned()))
 }
+
+/// [`required`] of `xnn_<field>`: the entry points of [`Debian2022Api`] and
+/// [`crate::current::Library`] are fields named after their symbols.
+///
+/// # Safety
+/// As [`ffi::symbol`], for the symbol `xnn_<field>`.
+pub(crate) unsafe fn required_xnn<F: Copy>(
+    handle: *mut c_void,
+    field: &str,
+) -> Result<F, XnnpackError> {
+    let name = CString::new(format!("xnn_{field}")).expect("a field name has no NUL");
+    // SAFETY: the caller's promise.
+    unsafe { required(handle, &name) }
+}
+
+/// `$api { $field: required_xnn(handle, "$field")?, ..., $other: $value, ... }`: each entry
+/// point is looked up under its field's name, so a field cannot drift from its symbol. It
+/// calls an `unsafe fn`: the caller vouches that each field's type is its symbol's signature.
+macro_rules! xnn_entry_points {
+    ($handle:expr, $api:ident { $($field:ident),* $(,)? } $(, $other:ident: $value:expr)* $(,)?) => {
+        $api {
+            $($field: $crate::library::required_xnn($handle, stringify!($field))?,)*
+            $($other: $value,)*
+        }
+    };
+}
+pub(crate) use xnn_entry_points;
 
 impl Xnnpack {
     /// Loads the XNNPACK at `path` (a file name such as `libXNNPACK.so.0` is searched the
@@ -191,62 +218,27 @@ impl Xnnpack {
         let mut padded = x[..batch * input].to_vec();
         padded.resize(batch * input + XNN_EXTRA_FLOATS, 0.0);
         let mut y = vec![f32::NAN; batch * output];
-        let mut op: XnnOperator = core::ptr::null_mut();
-        let null = core::ptr::null_mut();
-        let check = |s: XnnStatus| {
-            if s == XNN_STATUS_SUCCESS {
-                Ok(())
-            } else {
-                Err(s)
-            }
-        };
-        // SAFETY: `w` and `b` hold the sizes asserted above; `op` is a valid out-pointer; the signature matches the library's generation (checked at load).
-        check(unsafe {
+        let (x, null) = (padded.as_ptr(), core::ptr::null_mut());
+        // SAFETY: (create) `w` and `b` hold the sizes asserted above; the entry points match the library's generation (checked at load).
+        let op = unsafe {
             match &self.fc {
-                FcApi::Debian2022(api) => (api.create_fully_connected_nc_f32)(
-                    input,
-                    output,
-                    input,
-                    output,
-                    w.as_ptr(),
-                    b.as_ptr(),
-                    lo,
-                    hi,
-                    0,
-                    &mut op,
-                ),
-                FcApi::Current { create, .. } => create(
-                    input,
-                    output,
-                    input,
-                    output,
-                    w.as_ptr(),
-                    b.as_ptr(),
-                    lo,
-                    hi,
-                    0,
-                    null,
-                    &mut op,
-                ),
+                FcApi::Debian2022(api) => api.create_fully_connected(input, output, w, b, lo, hi),
+                FcApi::Current { create, .. } => {
+                    create_fully_connected(*create, input, output, w.as_ptr(), b.as_ptr(), lo, hi)
+                }
             }
-        })?;
-        // SAFETY: `op` is live; `padded` holds batch*input floats plus XNN_EXTRA_BYTES and `y` batch*output; both outlive the run; no thread pool (NULL).
+        }?;
+        // SAFETY: (run) `op` is live; `padded` holds batch*input floats plus XNN_EXTRA_BYTES and `y` batch*output; both outlive the run; no thread pool (NULL).
         let ran = unsafe {
             match &self.fc {
-                FcApi::Debian2022(api) => check((api.setup_fully_connected_nc_f32)(
-                    op,
-                    batch,
-                    padded.as_ptr(),
-                    y.as_mut_ptr(),
-                    null,
-                )),
-                FcApi::Current { reshape, setup, .. } => check(reshape(op, batch, null))
-                    .and_then(|()| check(setup(op, padded.as_ptr(), y.as_mut_ptr()))),
+                FcApi::Debian2022(api) => api.run_fully_connected(op, batch, x, y.as_mut_ptr()),
+                FcApi::Current { reshape, setup, .. } => ffi::status(reshape(op, batch, null))
+                    .and_then(|()| ffi::status(setup(op, x, y.as_mut_ptr())))
+                    .and_then(|()| ffi::status((self.run)(op, null))),
             }
-            .and_then(|()| check((self.run)(op, null)))
         };
         // SAFETY: `op` is live and not used again.
-        let deleted = check(unsafe { (self.delete)(op) });
+        let deleted = ffi::status(unsafe { (self.delete)(op) });
         ran.and(deleted).map(|()| y)
     }
 }

@@ -25,11 +25,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use keepalloc_allocators::System;
-use keepalloc_fault_inject::{Policy, Scribble, ScribbleConfig};
+use keepalloc_fault_inject::Scribble;
+use keepalloc_fault_inject::ledger::{self, Witnessed};
 use keepalloc_provider::{GlobalProvider, ProviderError};
 use keepalloc_xnnpack::{Generation, LIBRARY, Namespace, Xnnpack, XnnpackError, adopt};
 
@@ -40,19 +40,10 @@ const THREADS: usize = 32;
 /// reached the owner is Scribble's own count of the blocks it handed out, not the owner's
 /// allocation counter (which `adopt()` itself reads for its verdict). Nothing but the owner
 /// allocates from it.
-static BACKEND: Scribble<System> =
-    Scribble::new(System, ScribbleConfig::DEFAULT.with_policy(Policy::Record));
+static BACKEND: Witnessed = Witnessed::new();
 
-/// Owner constructions, counted in the constructor the test gives the provider.
-static CONSTRUCTED: AtomicU32 = AtomicU32::new(0);
-
-static OWNER: GlobalProvider<&'static Scribble<System>> = GlobalProvider::new(
-    || {
-        CONSTRUCTED.fetch_add(1, Ordering::SeqCst);
-        Ok(&BACKEND)
-    },
-    None,
-);
+static OWNER: GlobalProvider<&'static Scribble<System>> =
+    GlobalProvider::new(|| BACKEND.construct(), None);
 
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -116,7 +107,7 @@ fn scenario_adopted(xnn: &'static Xnnpack) {
     );
     // The test's own witnesses first: its constructor counter, its backend's counts.
     assert_eq!(
-        CONSTRUCTED.load(Ordering::SeqCst),
+        BACKEND.constructed(),
         1,
         "one owner (the test's constructor counter)"
     );
@@ -145,41 +136,16 @@ fn scenario_adopted(xnn: &'static Xnnpack) {
     for (input, output, batch) in [(64, 32, 4), (256, 128, 1), (7, 5, 3)] {
         check_fc(xnn, input, output, batch);
     }
-    let backend = BACKEND.stats();
-    let allocated = backend.allocations - backend_base.allocations;
-    assert!(
-        allocated > 0,
-        "XNNPACK's operators allocate through the owner (the backend's own count)"
-    );
-    assert_eq!(
-        backend.frees - backend_base.frees,
-        allocated,
-        "and free every block (the backend's own count)"
-    );
-    assert_eq!(
-        backend.live_blocks, backend_base.live_blocks,
-        "every block given back (the backend's own count)"
-    );
-    // Then the owner's counters, which must agree (a reallocation is one new block for the
-    // backend).
-    let after = OWNER.stats().allocator;
-    assert_eq!(
-        (after.allocations + after.reallocations) - (base.allocations + base.reallocations),
-        allocated,
-        "the owner's counter agrees with the backend's"
-    );
-    assert_eq!(
-        after.allocations - base.allocations,
-        after.deallocations - base.deallocations
-    );
-    assert_eq!(after.live_bytes, base.live_bytes, "every byte given back");
+    let what = "XNNPACK's operators";
+    let blocks = ledger::blocks_returned(what, &backend_base, &BACKEND.stats());
+    ledger::owner_agrees(what, &base, &OWNER.stats().allocator, blocks);
     assert_eq!(BACKEND.verify_quarantine(), 0);
     assert!(
         BACKEND.violations().is_empty(),
         "{:?}",
         BACKEND.violations()
     );
-    println!("adopted: {allocated} allocations through the owner for three FC operators");
+    println!("adopted: {blocks} allocations through the owner for three FC operators");
 }
 
 fn scenario_not_adopted(xnn: &'static Xnnpack) {
@@ -200,7 +166,7 @@ fn scenario_not_adopted(xnn: &'static Xnnpack) {
          (the backend's own count): {probe:?}"
     );
     assert_eq!(
-        CONSTRUCTED.load(Ordering::SeqCst),
+        BACKEND.constructed(),
         1,
         "one owner, kept (the test's constructor counter)"
     );
@@ -218,7 +184,7 @@ fn scenario_not_adopted(xnn: &'static Xnnpack) {
         "{again:?}"
     );
     assert!(core::ptr::eq(OWNER.constructed_owner().unwrap(), owner));
-    assert_eq!(CONSTRUCTED.load(Ordering::SeqCst), 1, "still one owner");
+    assert_eq!(BACKEND.constructed(), 1, "still one owner");
     assert_eq!(OWNER.stats().owners_constructed, 1);
     // The library works, through its own allocator: our backend never sees a block.
     let base = OWNER.stats().allocator;

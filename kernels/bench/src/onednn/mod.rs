@@ -16,7 +16,7 @@ use core::ffi::{CStr, c_char, c_int, c_void};
 use std::ffi::CString;
 use std::path::Path;
 
-use keepalloc_xnnpack::ffi::{dl_error, symbol};
+use keepalloc_xnnpack::ffi::{Namespace, open, symbol};
 
 mod chosen;
 mod matmul;
@@ -133,11 +133,9 @@ impl OneDnn {
 
     fn load(path: &Path) -> Result<OneDnn, String> {
         let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: a NUL-terminated path; loading runs oneDNN's and libgomp's constructors.
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(format!("cannot load {}: {}", path.display(), dl_error()));
-        }
+        // SAFETY: loading runs oneDNN's and libgomp's constructors, safe to run in the bench.
+        let handle = unsafe { open(&name, Namespace::Default) }
+            .map_err(|why| format!("cannot load {}: {why}", path.display()))?;
         // SAFETY: each name has the signature of its field (oneDNN v3.2's dnnl.h; libgomp's omp.h for omp_set_num_threads, found through the library's dependencies).
         let api = unsafe {
             Api {

@@ -17,48 +17,50 @@ mod subgraph;
 use core::ffi::c_void;
 use std::path::{Path, PathBuf};
 
+pub(crate) use operators::create_fully_connected;
 pub use operators::{Bf16Fc, F32Fc, F32Qc8wFc, Qd8Fc};
 pub use subgraph::Qd8Subgraph;
 
 use crate::XnnpackError;
 use crate::ffi::current as c;
 use crate::ffi::{self, DeleteOperator, Namespace, RunOperator, XnnOperator, XnnStatus};
-use crate::library::{Generation, open_library, required};
+use crate::library::{Generation, open_library, required, xnn_entry_points};
 
-/// A current XNNPACK's entry points (the library is never unloaded).
+/// A current XNNPACK's entry points, each field named after its symbol without `xnn_` (the
+/// library is never unloaded).
 pub struct Library {
     path: PathBuf,
-    create_f32: c::CreateFullyConnectedNcF32,
-    reshape_f32: c::ReshapeFullyConnected,
-    setup_f32: c::SetupFullyConnectedNcF32,
-    create_bf16: c::CreateFullyConnectedNcBf16F32,
-    reshape_bf16: c::ReshapeFullyConnected,
-    setup_bf16: c::SetupFullyConnectedNcBf16F32,
-    create_qc8w: c::CreateFullyConnectedNcQc8w,
-    reshape_qc8w: c::ReshapeFullyConnected,
-    setup_qc8w: c::SetupFullyConnectedNcF32,
-    create_qd8: c::CreateFullyConnectedNcQc8w,
-    reshape_qd8: c::ReshapeFullyConnectedNcQd8F32Qc8w,
-    setup_qd8: c::SetupFullyConnectedNcQd8F32Qc8w,
-    create_convert: c::CreateConvertNcF32Qd8,
-    reshape_convert: c::ReshapeConvertNcF32Qd8,
-    setup_convert: c::SetupConvertNcF32Qd8,
-    run: RunOperator,
-    delete: DeleteOperator,
-    create_subgraph: c::CreateSubgraph,
-    define_tensor: c::DefineTensorValue,
-    define_dynamic: c::DefineDynamicallyQuantizedTensorValue,
-    define_channelwise: c::DefineChannelwiseQuantizedTensorValue,
+    create_fully_connected_nc_f32: c::CreateFullyConnectedNcF32,
+    reshape_fully_connected_nc_f32: c::ReshapeFullyConnected,
+    setup_fully_connected_nc_f32: c::SetupFullyConnectedNcF32,
+    create_fully_connected_nc_bf16_f32: c::CreateFullyConnectedNcBf16F32,
+    reshape_fully_connected_nc_bf16_f32: c::ReshapeFullyConnected,
+    setup_fully_connected_nc_bf16_f32: c::SetupFullyConnectedNcBf16F32,
+    create_fully_connected_nc_f32_qc8w: c::CreateFullyConnectedNcQc8w,
+    reshape_fully_connected_nc_f32_qc8w: c::ReshapeFullyConnected,
+    setup_fully_connected_nc_f32_qc8w: c::SetupFullyConnectedNcF32,
+    create_fully_connected_nc_qd8_f32_qc8w: c::CreateFullyConnectedNcQc8w,
+    reshape_fully_connected_nc_qd8_f32_qc8w: c::ReshapeFullyConnectedNcQd8F32Qc8w,
+    setup_fully_connected_nc_qd8_f32_qc8w: c::SetupFullyConnectedNcQd8F32Qc8w,
+    create_convert_nc_f32_qd8: c::CreateConvertNcF32Qd8,
+    reshape_convert_nc_f32_qd8: c::ReshapeConvertNcF32Qd8,
+    setup_convert_nc_f32_qd8: c::SetupConvertNcF32Qd8,
+    run_operator: RunOperator,
+    delete_operator: DeleteOperator,
+    create_subgraph: ffi::CreateSubgraph,
+    define_tensor_value: ffi::DefineTensorValue,
+    define_dynamically_quantized_tensor_value: c::DefineDynamicallyQuantizedTensorValue,
+    define_channelwise_quantized_tensor_value: c::DefineChannelwiseQuantizedTensorValue,
     define_convert: c::DefineConvert,
-    define_fc: c::DefineFullyConnected,
-    create_runtime: c::CreateRuntimeV3,
-    reshape_runtime: c::RuntimeFn,
-    setup_runtime: c::SetupRuntimeV2,
-    invoke_runtime: c::RuntimeFn,
-    delete_runtime: c::RuntimeFn,
-    delete_subgraph: c::DeleteSubgraph,
+    define_fully_connected: ffi::DefineFullyConnected,
+    create_runtime_v3: c::CreateRuntimeV3,
+    reshape_runtime: ffi::RuntimeFn,
+    setup_runtime_v2: c::SetupRuntimeV2,
+    invoke_runtime: ffi::RuntimeFn,
+    delete_runtime: ffi::RuntimeFn,
+    delete_subgraph: ffi::DeleteSubgraph,
     /// The pthreadpool linked into the same library (its operators take its pools).
-    pool_create: c::PthreadpoolCreate,
+    pthreadpool_create: ffi::PthreadpoolCreate,
 }
 
 impl core::fmt::Debug for Library {
@@ -105,44 +107,27 @@ impl Library {
                 expected: Generation::Current,
             });
         }
-        // SAFETY: each symbol is the function of that name (the caller's promise), with the signature quoted in `ffi::current`, which is the type it is stored as.
+        // SAFETY: each symbol is the function of that name (the caller's promise), with the signature quoted in `ffi::current` (the shared ones in `ffi`), which is the type it is stored as.
         unsafe {
-            Ok(Library {
+            Ok(xnn_entry_points!(
+                handle,
+                Library {
+                    create_fully_connected_nc_f32, reshape_fully_connected_nc_f32,
+                    setup_fully_connected_nc_f32, create_fully_connected_nc_bf16_f32,
+                    reshape_fully_connected_nc_bf16_f32, setup_fully_connected_nc_bf16_f32,
+                    create_fully_connected_nc_f32_qc8w, reshape_fully_connected_nc_f32_qc8w,
+                    setup_fully_connected_nc_f32_qc8w, create_fully_connected_nc_qd8_f32_qc8w,
+                    reshape_fully_connected_nc_qd8_f32_qc8w, setup_fully_connected_nc_qd8_f32_qc8w,
+                    create_convert_nc_f32_qd8, reshape_convert_nc_f32_qd8, setup_convert_nc_f32_qd8,
+                    run_operator, delete_operator, create_subgraph, define_tensor_value,
+                    define_dynamically_quantized_tensor_value,
+                    define_channelwise_quantized_tensor_value, define_convert,
+                    define_fully_connected, create_runtime_v3, reshape_runtime, setup_runtime_v2,
+                    invoke_runtime, delete_runtime, delete_subgraph,
+                },
                 path: path.to_path_buf(),
-                create_f32: required(handle, c"xnn_create_fully_connected_nc_f32")?,
-                reshape_f32: required(handle, c"xnn_reshape_fully_connected_nc_f32")?,
-                setup_f32: required(handle, c"xnn_setup_fully_connected_nc_f32")?,
-                create_bf16: required(handle, c"xnn_create_fully_connected_nc_bf16_f32")?,
-                reshape_bf16: required(handle, c"xnn_reshape_fully_connected_nc_bf16_f32")?,
-                setup_bf16: required(handle, c"xnn_setup_fully_connected_nc_bf16_f32")?,
-                create_qc8w: required(handle, c"xnn_create_fully_connected_nc_f32_qc8w")?,
-                reshape_qc8w: required(handle, c"xnn_reshape_fully_connected_nc_f32_qc8w")?,
-                setup_qc8w: required(handle, c"xnn_setup_fully_connected_nc_f32_qc8w")?,
-                create_qd8: required(handle, c"xnn_create_fully_connected_nc_qd8_f32_qc8w")?,
-                reshape_qd8: required(handle, c"xnn_reshape_fully_connected_nc_qd8_f32_qc8w")?,
-                setup_qd8: required(handle, c"xnn_setup_fully_connected_nc_qd8_f32_qc8w")?,
-                create_convert: required(handle, c"xnn_create_convert_nc_f32_qd8")?,
-                reshape_convert: required(handle, c"xnn_reshape_convert_nc_f32_qd8")?,
-                setup_convert: required(handle, c"xnn_setup_convert_nc_f32_qd8")?,
-                run: required(handle, c"xnn_run_operator")?,
-                delete: required(handle, c"xnn_delete_operator")?,
-                create_subgraph: required(handle, c"xnn_create_subgraph")?,
-                define_tensor: required(handle, c"xnn_define_tensor_value")?,
-                define_dynamic: required(handle, c"xnn_define_dynamically_quantized_tensor_value")?,
-                define_channelwise: required(
-                    handle,
-                    c"xnn_define_channelwise_quantized_tensor_value",
-                )?,
-                define_convert: required(handle, c"xnn_define_convert")?,
-                define_fc: required(handle, c"xnn_define_fully_connected")?,
-                create_runtime: required(handle, c"xnn_create_runtime_v3")?,
-                reshape_runtime: required(handle, c"xnn_reshape_runtime")?,
-                setup_runtime: required(handle, c"xnn_setup_runtime_v2")?,
-                invoke_runtime: required(handle, c"xnn_invoke_runtime")?,
-                delete_runtime: required(handle, c"xnn_delete_runtime")?,
-                delete_subgraph: required(handle, c"xnn_delete_subgraph")?,
-                pool_create: required(handle, c"pthreadpool_create")?,
-            })
+                pthreadpool_create: required(handle, c"pthreadpool_create")?,
+            ))
         }
     }
 
@@ -155,7 +140,7 @@ impl Library {
     /// destroyed (the process ends first).
     pub fn threadpool(&'static self, threads: usize) -> Result<Threadpool, String> {
         // SAFETY: pthreadpool_create takes any count and returns NULL on failure.
-        let pool = unsafe { (self.pool_create)(threads) };
+        let pool = unsafe { (self.pthreadpool_create)(threads) };
         if pool.is_null() {
             Err("pthreadpool_create failed".into())
         } else {
@@ -184,7 +169,7 @@ struct Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         // SAFETY: a live operator of this library, deleted once.
-        unsafe { (self.xnn.delete)(self.op) };
+        unsafe { (self.xnn.delete_operator)(self.op) };
     }
 }
 
@@ -195,7 +180,9 @@ impl Operator {
     /// The operator was reshaped with `pool` and set up on buffers that are still alive.
     unsafe fn run_on(&self, pool: *mut c_void) -> Result<(), String> {
         // SAFETY: the caller's promise; `pool` is NULL or a live pthreadpool of this library.
-        check("xnn_run_operator", unsafe { (self.xnn.run)(self.op, pool) })
+        check("xnn_run_operator", unsafe {
+            (self.xnn.run_operator)(self.op, pool)
+        })
     }
 }
 
@@ -211,11 +198,12 @@ pub struct Geometry {
 }
 
 fn check(what: &str, status: XnnStatus) -> Result<(), String> {
-    if status == ffi::XNN_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed: xnn_status {status}"))
-    }
+    ffi::status(status).map_err(|status| failed(what, status))
+}
+
+/// The error of `what`, which returned `status`.
+fn failed(what: &str, status: XnnStatus) -> String {
+    format!("{what} failed: xnn_status {status}")
 }
 
 /// The (input, output) an operator was last set up on: each runner calls `setup` only when

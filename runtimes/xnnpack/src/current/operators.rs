@@ -3,21 +3,155 @@
 
 use core::ffi::c_void;
 
-use super::{Bound, Geometry, Library, Operator, Threadpool, UNBOUND, check};
-use crate::ffi::XNN_EXTRA_BYTES;
-use crate::ffi::current::{QuantizationParams, XNN_EXTRA_QUANTIZATION_PARAMS};
+use super::{Bound, Geometry, Library, Operator, Threadpool, UNBOUND, check, failed};
+use crate::ffi::current::{
+    CreateFullyConnected, CreateFullyConnectedNcQc8w, QuantizationParams, ReshapeFullyConnected,
+    SetupFullyConnected, XNN_EXTRA_QUANTIZATION_PARAMS,
+};
+use crate::ffi::{self, XNN_EXTRA_BYTES, XnnOperator, XnnStatus};
 
-/// `fully_connected_nc_f32`, reshaped for `g.m` rows: the f32 operator the benchmark's
-/// "XNNPACK current" column runs.
-pub struct F32Fc {
+/// `create(input, output, input, output, w, b, lo, hi, 0, NULL, &op)`: a current XNNPACK's
+/// f32 or bf16 fully-connected operator over dense `w` (`output` × `input` `W`s) and `b`
+/// (`output` floats), clamped to `lo..=hi`, with no weights cache.
+///
+/// # Safety
+/// `create` is the library's function of that type; `w` and `b` hold those sizes.
+pub(crate) unsafe fn create_fully_connected<W>(
+    create: CreateFullyConnected<W>,
+    input: usize,
+    output: usize,
+    w: *const W,
+    b: *const f32,
+    lo: f32,
+    hi: f32,
+) -> Result<XnnOperator, XnnStatus> {
+    let (mut op, cache) = (core::ptr::null_mut(), core::ptr::null_mut());
+    // SAFETY: the caller's promise; `op` is a valid out-pointer.
+    let status = unsafe {
+        create(
+            input, output, input, output, w, b, lo, hi, 0, cache, &mut op,
+        )
+    };
+    ffi::status(status).map(|()| op)
+}
+
+/// [`create_fully_connected`] over `w` (n × k `W`s) and `bias` (n) with no clamp.
+///
+/// # Safety
+/// `create` is `xnn`'s; `w` points to n × k weights of the type it reads, `bias` holds n
+/// floats.
+unsafe fn create_dense<W>(
+    xnn: &'static Library,
+    g: Geometry,
+    name: &str,
+    create: CreateFullyConnected<W>,
+    w: *const W,
+    bias: &[f32],
+) -> Result<Operator, String> {
+    let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
+    // SAFETY: the caller's promise.
+    unsafe { create_fully_connected(create, g.k, g.n, w, bias.as_ptr(), lo, hi) }
+        .map(|op| Operator { xnn, op })
+        .map_err(|status| failed(&format!("create {name}"), status))
+}
+
+/// Creates a fully-connected operator over int8 `w` (n × k) with per-channel `scales` and
+/// `bias` (n) through `create` (`f32_qc8w` or `qd8_f32_qc8w`), with no clamp, flags or cache.
+fn create_qc8w(
+    xnn: &'static Library,
+    g: Geometry,
+    name: &str,
+    create: CreateFullyConnectedNcQc8w,
+    w: &[i8],
+    scales: &[f32],
+    bias: &[f32],
+) -> Result<Operator, String> {
+    assert!(w.len() >= g.k * g.n && bias.len() >= g.n && scales.len() >= g.n);
+    let mut op = core::ptr::null_mut();
+    // SAFETY: w is n × k, scales and bias n floats (copied into packed weights); no weights cache; a valid out-pointer.
+    check(&format!("create {name}"), unsafe {
+        create(
+            g.k,
+            g.n,
+            g.k,
+            g.n,
+            scales.as_ptr(),
+            w.as_ptr(),
+            bias.as_ptr(),
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            0,
+            core::ptr::null_mut(),
+            &mut op,
+        )
+    })?;
+    Ok(Operator { xnn, op })
+}
+
+/// A fully-connected operator whose setup takes only (input of `X`s, output), reshaped once
+/// for `g.m` rows and set up again only when the caller's buffers move.
+struct Reshaped<X> {
     op: Operator,
     g: Geometry,
     /// The pthreadpool it was reshaped with and runs on (NULL: one thread).
     pool: *mut c_void,
-    /// The (input, output) the operator was last set up on: setup runs only when they
-    /// change, as the Debian XNNPACK runner does.
-    bound: (*const f32, *mut f32),
+    setup: SetupFullyConnected<X>,
+    /// The operator's name in error messages (`f32`, `bf16_f32`, `f32_qc8w`).
+    name: &'static str,
+    bound: Bound,
 }
+
+impl<X> Reshaped<X> {
+    /// Reshapes `op` for `g.m` rows on `pool` (NULL: the calling thread).
+    ///
+    /// # Safety
+    /// `pool` is NULL or a live pthreadpool of `op`'s library that outlives the operator;
+    /// `reshape` and `setup` are the functions of `op`'s kind.
+    unsafe fn new(
+        op: Operator,
+        g: Geometry,
+        pool: *mut c_void,
+        reshape: ReshapeFullyConnected,
+        setup: SetupFullyConnected<X>,
+        name: &'static str,
+    ) -> Result<Reshaped<X>, String> {
+        // SAFETY: a live operator; the caller's promise about `pool`.
+        check(&format!("reshape {name}"), unsafe {
+            reshape(op.op, g.m, pool)
+        })?;
+        Ok(Reshaped {
+            op,
+            g,
+            pool,
+            setup,
+            name,
+            bound: UNBOUND,
+        })
+    }
+
+    /// `x` holds m × k inputs (`T` has the size of the operator's input element) plus
+    /// `XNN_EXTRA_BYTES`; `y` m × n floats.
+    fn run<T>(&mut self, x: &[T], y: &mut [f32]) -> Result<(), String> {
+        let g = self.g;
+        assert!(
+            size_of_val(x) >= g.m * g.k * size_of::<T>() + XNN_EXTRA_BYTES && y.len() >= g.m * g.n
+        );
+        let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
+        if self.bound != bound {
+            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, and `run` sets up again whenever either pointer changes, so the operator never runs on a stale buffer.
+            check(&format!("setup {}", self.name), unsafe {
+                (self.setup)(self.op.op, x.as_ptr().cast(), y.as_mut_ptr())
+            })?;
+            self.bound = bound;
+        }
+        // SAFETY: reshaped with `self.pool`, set up on `x` and `y` (just above, or earlier on these same live buffers).
+        unsafe { self.op.run_on(self.pool) }
+    }
+}
+
+/// `fully_connected_nc_f32`, reshaped for `g.m` rows: the f32 operator the benchmark's
+/// "XNNPACK current" column runs.
+pub struct F32Fc(Reshaped<f32>);
 
 impl F32Fc {
     /// Packs `w` (n × k, `[output][input]`) and `bias` (n) with no clamp.
@@ -50,54 +184,25 @@ impl F32Fc {
             }
             None => core::ptr::null_mut(),
         };
-        let mut op = core::ptr::null_mut();
-        // SAFETY: w is n × k floats and bias n floats (copied into packed weights); no weights cache; a valid out-pointer.
-        check("create f32", unsafe {
-            (xnn.create_f32)(
-                g.k,
-                g.n,
-                g.k,
-                g.n,
-                w.as_ptr(),
-                bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                core::ptr::null_mut(),
-                &mut op,
-            )
-        })?;
-        let op = Operator { xnn, op };
-        // SAFETY: a live operator; `pool` is NULL or a live (never destroyed) pthreadpool of this library.
-        check("reshape f32", unsafe {
-            (xnn.reshape_f32)(op.op, g.m, pool)
-        })?;
-        Ok(F32Fc {
-            op,
-            g,
-            pool,
-            bound: (core::ptr::null(), core::ptr::null_mut()),
-        })
+        let create = xnn.create_fully_connected_nc_f32;
+        // SAFETY: w is n × k floats and bias n floats (asserted).
+        let op = unsafe { create_dense(xnn, g, "f32", create, w.as_ptr(), bias) }?;
+        let (reshape, setup) = (
+            xnn.reshape_fully_connected_nc_f32,
+            xnn.setup_fully_connected_nc_f32,
+        );
+        // SAFETY: `pool` is NULL or a live (never destroyed) pthreadpool of this library; the f32 operator's reshape and setup.
+        unsafe { Reshaped::new(op, g, pool, reshape, setup, "f32") }.map(F32Fc)
     }
 
     /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
     pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
-        let g = self.g;
-        assert!(x.len() * 4 >= g.m * g.k * 4 + XNN_EXTRA_BYTES && y.len() >= g.m * g.n);
-        if self.bound != (x.as_ptr(), y.as_mut_ptr()) {
-            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, and `run` sets up again whenever either pointer changes, so the operator never runs on a stale buffer.
-            check("setup f32", unsafe {
-                (self.op.xnn.setup_f32)(self.op.op, x.as_ptr(), y.as_mut_ptr())
-            })?;
-            self.bound = (x.as_ptr(), y.as_mut_ptr());
-        }
-        // SAFETY: reshaped with `self.pool`, set up on `x` and `y` (just above, or earlier on these same live buffers).
-        unsafe { self.op.run_on(self.pool) }
+        self.0.run(x, y)
     }
 }
 
 /// `fully_connected_nc_bf16_f32`, reshaped for `g.m` rows.
-pub struct Bf16Fc(Operator, Geometry, Bound);
+pub struct Bf16Fc(Reshaped<c_void>);
 
 impl Bf16Fc {
     /// Packs `w` (n × k bf16 values, `[output][input]`) and `bias` (n) with no clamp.
@@ -108,50 +213,26 @@ impl Bf16Fc {
         bias: &[f32],
     ) -> Result<Bf16Fc, String> {
         assert!(w.len() >= g.k * g.n && bias.len() >= g.n);
-        let mut op = core::ptr::null_mut();
-        // SAFETY: w is n × k bf16 values and bias n floats (copied into packed weights).
-        check("create bf16_f32", unsafe {
-            (xnn.create_bf16)(
-                g.k,
-                g.n,
-                g.k,
-                g.n,
-                w.as_ptr().cast(),
-                bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                core::ptr::null_mut(),
-                &mut op,
-            )
-        })?;
-        let op = Operator { xnn, op };
-        // SAFETY: a live operator; no thread pool.
-        check("reshape bf16_f32", unsafe {
-            (xnn.reshape_bf16)(op.op, g.m, core::ptr::null_mut())
-        })?;
-        Ok(Bf16Fc(op, g, UNBOUND))
+        let create = xnn.create_fully_connected_nc_bf16_f32;
+        // SAFETY: w is n × k bf16 values and bias n floats (asserted).
+        let op = unsafe { create_dense(xnn, g, "bf16_f32", create, w.as_ptr().cast(), bias) }?;
+        let (reshape, setup) = (
+            xnn.reshape_fully_connected_nc_bf16_f32,
+            xnn.setup_fully_connected_nc_bf16_f32,
+        );
+        // SAFETY: no thread pool; the bf16 operator's reshape and setup.
+        unsafe { Reshaped::new(op, g, core::ptr::null_mut(), reshape, setup, "bf16_f32") }
+            .map(Bf16Fc)
     }
 
     /// `x` holds m × k bf16 values plus `XNN_EXTRA_BYTES`; `y` m × n floats.
     pub fn run(&mut self, x: &[u16], y: &mut [f32]) -> Result<(), String> {
-        let g = self.1;
-        assert!(x.len() * 2 >= g.m * g.k * 2 + XNN_EXTRA_BYTES && y.len() >= g.m * g.n);
-        let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
-        if self.2 != bound {
-            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, which runs whenever either pointer changes.
-            check("setup bf16_f32", unsafe {
-                (self.0.xnn.setup_bf16)(self.0.op, x.as_ptr().cast(), y.as_mut_ptr())
-            })?;
-            self.2 = bound;
-        }
-        // SAFETY: reshaped with no pool, set up on `x` and `y` (just above, or earlier on these same live buffers).
-        unsafe { self.0.run_on(core::ptr::null_mut()) }
+        self.0.run(x, y)
     }
 }
 
 /// `fully_connected_nc_f32_qc8w`, reshaped for `g.m` rows.
-pub struct F32Qc8wFc(Operator, Geometry, Bound);
+pub struct F32Qc8wFc(Reshaped<f32>);
 
 impl F32Qc8wFc {
     /// Packs `w` (n × k int8, `[output][input]`), its per-channel `scales` (n) and `bias`
@@ -163,47 +244,20 @@ impl F32Qc8wFc {
         scales: &[f32],
         bias: &[f32],
     ) -> Result<F32Qc8wFc, String> {
-        assert!(w.len() >= g.k * g.n && bias.len() >= g.n && scales.len() >= g.n);
-        let mut op = core::ptr::null_mut();
-        // SAFETY: w is n × k, scales and bias n floats (copied into packed weights).
-        check("create f32_qc8w", unsafe {
-            (xnn.create_qc8w)(
-                g.k,
-                g.n,
-                g.k,
-                g.n,
-                scales.as_ptr(),
-                w.as_ptr(),
-                bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                core::ptr::null_mut(),
-                &mut op,
-            )
-        })?;
-        let op = Operator { xnn, op };
-        // SAFETY: a live operator; no thread pool.
-        check("reshape f32_qc8w", unsafe {
-            (xnn.reshape_qc8w)(op.op, g.m, core::ptr::null_mut())
-        })?;
-        Ok(F32Qc8wFc(op, g, UNBOUND))
+        let create = xnn.create_fully_connected_nc_f32_qc8w;
+        let op = create_qc8w(xnn, g, "f32_qc8w", create, w, scales, bias)?;
+        let (reshape, setup) = (
+            xnn.reshape_fully_connected_nc_f32_qc8w,
+            xnn.setup_fully_connected_nc_f32_qc8w,
+        );
+        // SAFETY: no thread pool; the f32_qc8w operator's reshape and setup.
+        unsafe { Reshaped::new(op, g, core::ptr::null_mut(), reshape, setup, "f32_qc8w") }
+            .map(F32Qc8wFc)
     }
 
     /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
     pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
-        let g = self.1;
-        assert!(x.len() * 4 >= g.m * g.k * 4 + XNN_EXTRA_BYTES && y.len() >= g.m * g.n);
-        let bound: Bound = (x.as_ptr().cast(), y.as_mut_ptr().cast());
-        if self.2 != bound {
-            // SAFETY: buffers of the sizes asserted; they stay bound until the next setup, which runs whenever either pointer changes.
-            check("setup f32_qc8w", unsafe {
-                (self.0.xnn.setup_qc8w)(self.0.op, x.as_ptr(), y.as_mut_ptr())
-            })?;
-            self.2 = bound;
-        }
-        // SAFETY: reshaped with no pool, set up on `x` and `y` (just above, or earlier on these same live buffers).
-        unsafe { self.0.run_on(core::ptr::null_mut()) }
+        self.0.run(x, y)
     }
 }
 
@@ -236,41 +290,23 @@ impl Qd8Fc {
         scales: &[f32],
         bias: &[f32],
     ) -> Result<Qd8Fc, String> {
-        assert!(w.len() >= g.k * g.n && bias.len() >= g.n && scales.len() >= g.n);
+        let create = xnn.create_fully_connected_nc_qd8_f32_qc8w;
+        let fc = create_qc8w(xnn, g, "qd8_f32_qc8w", create, w, scales, bias)?;
         let null = core::ptr::null_mut();
-        let mut op = null;
-        // SAFETY: w is n × k, scales and bias n floats (copied into packed weights).
-        check("create qd8_f32_qc8w", unsafe {
-            (xnn.create_qd8)(
-                g.k,
-                g.n,
-                g.k,
-                g.n,
-                scales.as_ptr(),
-                w.as_ptr(),
-                bias.as_ptr(),
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-                0,
-                null,
-                &mut op,
-            )
-        })?;
-        let fc = Operator { xnn, op };
         let mut workspace_size = 0usize;
         // SAFETY: a live operator; a valid out-pointer; no thread pool.
         check("reshape qd8_f32_qc8w", unsafe {
-            (xnn.reshape_qd8)(fc.op, g.m, &mut workspace_size, null)
+            (xnn.reshape_fully_connected_nc_qd8_f32_qc8w)(fc.op, g.m, &mut workspace_size, null)
         })?;
         let mut op = null;
         // SAFETY: a valid out-pointer.
         check("create convert f32_qd8", unsafe {
-            (xnn.create_convert)(0, &mut op)
+            (xnn.create_convert_nc_f32_qd8)(0, &mut op)
         })?;
         let convert = Operator { xnn, op };
         // SAFETY: a live operator; no thread pool.
         check("reshape convert f32_qd8", unsafe {
-            (xnn.reshape_convert)(convert.op, g.m, g.k, g.k, g.k, null)
+            (xnn.reshape_convert_nc_f32_qd8)(convert.op, g.m, g.k, g.k, g.k, null)
         })?;
         Ok(Qd8Fc {
             fc,
@@ -292,7 +328,7 @@ impl Qd8Fc {
         if self.bound.0 != x.as_ptr().cast() {
             // SAFETY: the buffers hold what the reshaped operator reads and writes (sizes asserted or allocated for `g`); they stay bound until the next setup, which runs whenever `x` changes (the other three are this object's, never moved).
             check("setup convert f32_qd8", unsafe {
-                (self.convert.xnn.setup_convert)(
+                (self.convert.xnn.setup_convert_nc_f32_qd8)(
                     self.convert.op,
                     x.as_ptr(),
                     self.quantized.as_mut_ptr(),
@@ -307,7 +343,7 @@ impl Qd8Fc {
         if self.bound.1 != y.as_mut_ptr().cast() {
             // SAFETY: the quantized rows and parameters are this object's padded buffers (never moved); `y` holds m × n floats; the workspace has the size reshape asked for; they stay bound until the next setup, which runs whenever `y` changes.
             check("setup qd8_f32_qc8w", unsafe {
-                (self.fc.xnn.setup_qd8)(
+                (self.fc.xnn.setup_fully_connected_nc_qd8_f32_qc8w)(
                     self.fc.op,
                     self.quantized.as_ptr(),
                     y.as_mut_ptr(),

@@ -1,11 +1,10 @@
 //! XNNPACK's subgraph path for a dynamically quantized fully-connected layer.
 
 use super::{Geometry, Library, check};
-use crate::ffi::XNN_EXTRA_BYTES;
-use crate::ffi::current::{
-    ExternalValue, XNN_DATATYPE_FP32, XNN_DATATYPE_QCINT8, XNN_DATATYPE_QDINT8,
-    XNN_INVALID_VALUE_ID, XNN_VALUE_FLAG_EXTERNAL_INPUT, XNN_VALUE_FLAG_EXTERNAL_OUTPUT,
-    XnnRuntime, XnnSubgraph,
+use crate::ffi::current::{XNN_DATATYPE_QCINT8, XNN_DATATYPE_QDINT8};
+use crate::ffi::{
+    ExternalValue, XNN_DATATYPE_FP32, XNN_EXTRA_BYTES, XNN_INVALID_VALUE_ID,
+    XNN_VALUE_FLAG_EXTERNAL_INPUT, XNN_VALUE_FLAG_EXTERNAL_OUTPUT, XnnRuntime, XnnSubgraph,
 };
 
 /// XNNPACK's subgraph path for a dynamically quantized FC: external f32 input → convert to
@@ -67,7 +66,7 @@ impl<'a> Qd8Subgraph<'a> {
         unsafe {
             check(
                 "define input",
-                (xnn.define_tensor)(
+                (xnn.define_tensor_value)(
                     subgraph,
                     XNN_DATATYPE_FP32,
                     2,
@@ -80,7 +79,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "define qdint8",
-                (xnn.define_dynamic)(
+                (xnn.define_dynamically_quantized_tensor_value)(
                     subgraph,
                     XNN_DATATYPE_QDINT8,
                     2,
@@ -97,7 +96,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "define filter",
-                (xnn.define_channelwise)(
+                (xnn.define_channelwise_quantized_tensor_value)(
                     subgraph,
                     XNN_DATATYPE_QCINT8,
                     scales.as_ptr(),
@@ -112,7 +111,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "define bias",
-                (xnn.define_tensor)(
+                (xnn.define_tensor_value)(
                     subgraph,
                     XNN_DATATYPE_FP32,
                     1,
@@ -125,7 +124,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "define output",
-                (xnn.define_tensor)(
+                (xnn.define_tensor_value)(
                     subgraph,
                     XNN_DATATYPE_FP32,
                     2,
@@ -138,7 +137,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "define fully connected",
-                (xnn.define_fc)(
+                (xnn.define_fully_connected)(
                     subgraph,
                     f32::NEG_INFINITY,
                     f32::INFINITY,
@@ -151,7 +150,7 @@ impl<'a> Qd8Subgraph<'a> {
             )?;
             check(
                 "xnn_create_runtime_v3",
-                (xnn.create_runtime)(
+                (xnn.create_runtime_v3)(
                     subgraph,
                     core::ptr::null_mut(),
                     core::ptr::null_mut(),
@@ -182,7 +181,7 @@ impl<'a> Qd8Subgraph<'a> {
             ];
             // SAFETY: a reshaped runtime; buffers of the asserted sizes. They stay bound until the next setup: `run` re-binds whenever either pointer changes.
             check("xnn_setup_runtime_v2", unsafe {
-                (self.xnn.setup_runtime)(self.runtime, 2, values.as_ptr())
+                (self.xnn.setup_runtime_v2)(self.runtime, 2, values.as_ptr())
             })?;
         }
         // SAFETY: set up on buffers that are the ones passed to this call.

@@ -53,17 +53,13 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::{Pthreadpool, XnnOperator, XnnStatus};
+use super::{ExternalValue, Pthreadpool, XnnOperator, XnnRuntime, XnnStatus, XnnSubgraph};
 
 /// `XNN_EXTRA_QUANTIZATION_PARAMS`: XNNPACK may read this many parameters past the last row.
 pub const XNN_EXTRA_QUANTIZATION_PARAMS: usize = 15;
 
 /// `xnn_weights_cache_t` (NULL: no cache).
 pub type XnnWeightsCache = *mut c_void;
-/// `xnn_subgraph_t`.
-pub type XnnSubgraph = *mut c_void;
-/// `xnn_runtime_t`.
-pub type XnnRuntime = *mut c_void;
 
 /// `struct xnn_quantization_params`: one row's zero point and scale.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -75,36 +71,19 @@ pub struct QuantizationParams {
     pub scale: f32,
 }
 
-/// `struct xnn_external_value`: a subgraph's external value bound to a buffer.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub struct ExternalValue {
-    /// The external value id given when the value was defined.
-    pub id: u32,
-    /// The buffer.
-    pub data: *mut c_void,
-}
-
-/// `xnn_datatype_fp32` (`enum xnn_datatype`, the same value since 2022).
-pub const XNN_DATATYPE_FP32: c_int = 1;
 /// `xnn_datatype_qcint8`: int8 with a scale per channel.
 pub const XNN_DATATYPE_QCINT8: c_int = 6;
 /// `xnn_datatype_qdint8`: int8 quantized per row at run time.
 pub const XNN_DATATYPE_QDINT8: c_int = 9;
-/// `XNN_VALUE_FLAG_EXTERNAL_INPUT`.
-pub const XNN_VALUE_FLAG_EXTERNAL_INPUT: u32 = 1;
-/// `XNN_VALUE_FLAG_EXTERNAL_OUTPUT`.
-pub const XNN_VALUE_FLAG_EXTERNAL_OUTPUT: u32 = 2;
-/// `XNN_INVALID_VALUE_ID`: let the subgraph number the value.
-pub const XNN_INVALID_VALUE_ID: u32 = u32::MAX;
 
-/// `xnn_create_fully_connected_nc_f32` (current): a weights cache before the out-pointer.
-pub type CreateFullyConnectedNcF32 = unsafe extern "C" fn(
+/// `xnn_create_fully_connected_nc_{f32,bf16_f32}`, whose weights are `W`s (`f32`, or bf16
+/// as `c_void`): a weights cache before the out-pointer.
+pub type CreateFullyConnected<W> = unsafe extern "C" fn(
     usize,
     usize,
     usize,
     usize,
-    *const f32,
+    *const W,
     *const f32,
     f32,
     f32,
@@ -112,20 +91,10 @@ pub type CreateFullyConnectedNcF32 = unsafe extern "C" fn(
     XnnWeightsCache,
     *mut XnnOperator,
 ) -> XnnStatus;
+/// `xnn_create_fully_connected_nc_f32`.
+pub type CreateFullyConnectedNcF32 = CreateFullyConnected<f32>;
 /// `xnn_create_fully_connected_nc_bf16_f32`.
-pub type CreateFullyConnectedNcBf16F32 = unsafe extern "C" fn(
-    usize,
-    usize,
-    usize,
-    usize,
-    *const c_void,
-    *const f32,
-    f32,
-    f32,
-    u32,
-    XnnWeightsCache,
-    *mut XnnOperator,
-) -> XnnStatus;
+pub type CreateFullyConnectedNcBf16F32 = CreateFullyConnected<c_void>;
 /// `xnn_create_fully_connected_nc_f32_qc8w` and `xnn_create_fully_connected_nc_qd8_f32_qc8w`.
 pub type CreateFullyConnectedNcQc8w = unsafe extern "C" fn(
     usize,
@@ -146,12 +115,14 @@ pub type ReshapeFullyConnected = unsafe extern "C" fn(XnnOperator, usize, Pthrea
 /// `xnn_reshape_fully_connected_nc_qd8_f32_qc8w(op, batch_size, &workspace_size, threadpool)`.
 pub type ReshapeFullyConnectedNcQd8F32Qc8w =
     unsafe extern "C" fn(XnnOperator, usize, *mut usize, Pthreadpool) -> XnnStatus;
+/// `xnn_setup_fully_connected_nc_{f32,f32_qc8w,bf16_f32}(op, input, output)`, whose input is
+/// `X`s (`f32`, or bf16 as `c_void`).
+pub type SetupFullyConnected<X> =
+    unsafe extern "C" fn(XnnOperator, *const X, *mut f32) -> XnnStatus;
 /// `xnn_setup_fully_connected_nc_{f32,f32_qc8w}(op, input, output)`.
-pub type SetupFullyConnectedNcF32 =
-    unsafe extern "C" fn(XnnOperator, *const f32, *mut f32) -> XnnStatus;
+pub type SetupFullyConnectedNcF32 = SetupFullyConnected<f32>;
 /// `xnn_setup_fully_connected_nc_bf16_f32(op, input, output)`.
-pub type SetupFullyConnectedNcBf16F32 =
-    unsafe extern "C" fn(XnnOperator, *const c_void, *mut f32) -> XnnStatus;
+pub type SetupFullyConnectedNcBf16F32 = SetupFullyConnected<c_void>;
 /// `xnn_setup_fully_connected_nc_qd8_f32_qc8w(op, input, output, workspace, params)`.
 pub type SetupFullyConnectedNcQd8F32Qc8w = unsafe extern "C" fn(
     XnnOperator,
@@ -172,19 +143,6 @@ pub type SetupConvertNcF32Qd8 = unsafe extern "C" fn(
     *mut i8,
     *mut f32,
     *mut QuantizationParams,
-) -> XnnStatus;
-/// `xnn_create_subgraph(external_value_ids, flags, &subgraph)`.
-pub type CreateSubgraph = unsafe extern "C" fn(u32, u32, *mut XnnSubgraph) -> XnnStatus;
-/// `xnn_define_tensor_value`.
-pub type DefineTensorValue = unsafe extern "C" fn(
-    XnnSubgraph,
-    c_int,
-    usize,
-    *const usize,
-    *const c_void,
-    u32,
-    u32,
-    *mut u32,
 ) -> XnnStatus;
 /// `xnn_define_dynamically_quantized_tensor_value`.
 pub type DefineDynamicallyQuantizedTensorValue = unsafe extern "C" fn(
@@ -212,9 +170,6 @@ pub type DefineChannelwiseQuantizedTensorValue = unsafe extern "C" fn(
 ) -> XnnStatus;
 /// `xnn_define_convert(subgraph, input_id, output_id, flags)`.
 pub type DefineConvert = unsafe extern "C" fn(XnnSubgraph, u32, u32, u32) -> XnnStatus;
-/// `xnn_define_fully_connected(subgraph, min, max, input, filter, bias, output, flags)`.
-pub type DefineFullyConnected =
-    unsafe extern "C" fn(XnnSubgraph, f32, f32, u32, u32, u32, u32, u32) -> XnnStatus;
 /// `xnn_create_runtime_v3(subgraph, weights_cache, threadpool, flags, &runtime)`.
 pub type CreateRuntimeV3 = unsafe extern "C" fn(
     XnnSubgraph,
@@ -223,12 +178,6 @@ pub type CreateRuntimeV3 = unsafe extern "C" fn(
     u32,
     *mut XnnRuntime,
 ) -> XnnStatus;
-/// `xnn_reshape_runtime`, `xnn_invoke_runtime` and `xnn_delete_runtime`.
-pub type RuntimeFn = unsafe extern "C" fn(XnnRuntime) -> XnnStatus;
 /// `xnn_setup_runtime_v2(runtime, count, values)`.
 pub type SetupRuntimeV2 =
     unsafe extern "C" fn(XnnRuntime, usize, *const ExternalValue) -> XnnStatus;
-/// `xnn_delete_subgraph`.
-pub type DeleteSubgraph = unsafe extern "C" fn(XnnSubgraph) -> XnnStatus;
-/// pthreadpool.h's `pthreadpool_create(threads_count)` (NULL on failure).
-pub type PthreadpoolCreate = unsafe extern "C" fn(usize) -> Pthreadpool;

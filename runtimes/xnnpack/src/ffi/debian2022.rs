@@ -37,33 +37,7 @@
 //! pthreadpool_t pthreadpool_create(size_t threads); void pthreadpool_destroy(pthreadpool_t);
 //! ```
 
-use core::ffi::c_void;
-
-use super::{Pthreadpool, XnnOperator, XnnStatus};
-
-/// `xnn_subgraph_t`.
-pub type XnnSubgraph = *mut c_void;
-/// `xnn_runtime_t`.
-pub type XnnRuntime = *mut c_void;
-
-/// `struct xnn_external_value`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ExternalValue {
-    /// The value's external id.
-    pub id: u32,
-    /// Its data.
-    pub data: *mut c_void,
-}
-
-/// `xnn_datatype_fp32`.
-pub const DATATYPE_FP32: u32 = 1;
-/// `XNN_VALUE_FLAG_EXTERNAL_INPUT`.
-pub const VALUE_FLAG_EXTERNAL_INPUT: u32 = 1;
-/// `XNN_VALUE_FLAG_EXTERNAL_OUTPUT`.
-pub const VALUE_FLAG_EXTERNAL_OUTPUT: u32 = 2;
-/// `XNN_INVALID_VALUE_ID`.
-pub const INVALID_VALUE_ID: u32 = u32::MAX;
+use super::{ExternalValue, Pthreadpool, XnnOperator, XnnRuntime, XnnStatus, XnnSubgraph};
 
 /// `xnn_create_convolution2d_nhwc_f32` (2022): no caches argument.
 pub type CreateConvolution2dNhwcF32 = unsafe extern "C" fn(
@@ -99,33 +73,11 @@ pub type SetupConvolution2dNhwcF32 = unsafe extern "C" fn(
     *mut f32,
     Pthreadpool,
 ) -> XnnStatus;
-/// `xnn_create_subgraph`.
-pub type CreateSubgraph = unsafe extern "C" fn(u32, u32, *mut XnnSubgraph) -> XnnStatus;
-/// `xnn_delete_subgraph`.
-pub type DeleteSubgraph = unsafe extern "C" fn(XnnSubgraph) -> XnnStatus;
-/// `xnn_define_tensor_value`.
-pub type DefineTensorValue = unsafe extern "C" fn(
-    XnnSubgraph,
-    u32,
-    usize,
-    *const usize,
-    *const c_void,
-    u32,
-    u32,
-    *mut u32,
-) -> XnnStatus;
-/// `xnn_define_fully_connected` (2022).
-pub type DefineFullyConnected =
-    unsafe extern "C" fn(XnnSubgraph, f32, f32, u32, u32, u32, u32, u32) -> XnnStatus;
 /// `xnn_create_runtime_v2`.
 pub type CreateRuntimeV2 =
     unsafe extern "C" fn(XnnSubgraph, Pthreadpool, u32, *mut XnnRuntime) -> XnnStatus;
 /// `xnn_setup_runtime` (2022: no reshape).
 pub type SetupRuntime = unsafe extern "C" fn(XnnRuntime, usize, *const ExternalValue) -> XnnStatus;
-/// `xnn_invoke_runtime` and `xnn_delete_runtime`.
-pub type RuntimeCall = unsafe extern "C" fn(XnnRuntime) -> XnnStatus;
-/// `pthreadpool_create`.
-pub type PthreadpoolCreate = unsafe extern "C" fn(usize) -> Pthreadpool;
 /// `pthreadpool_destroy`.
 pub type PthreadpoolDestroy = unsafe extern "C" fn(Pthreadpool);
 

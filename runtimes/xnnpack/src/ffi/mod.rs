@@ -1,6 +1,6 @@
 //! XNNPACK's C API as this crate calls it, declared once: the dynamic loader (`dlopen`,
-//! `dlmopen`, `dlsym`, `dlerror`), the status and padding constants both headers share, and
-//! the function types of each header ([`debian2022`], [`current`]).
+//! `dlmopen`, `dlsym`, `dlerror`), the constants, structs and function types both headers
+//! share (here), and those of each header alone ([`debian2022`], [`current`]).
 //!
 //! Everything here is raw: a function type says what the symbol of that name is in that
 //! header, nothing checks it. [`crate::Xnnpack`], [`crate::Debian2022Api`] and
@@ -30,6 +30,14 @@ pub type XnnStatus = c_int;
 pub const XNN_STATUS_SUCCESS: XnnStatus = 0;
 /// `xnn_status_uninitialized`.
 pub const XNN_STATUS_UNINITIALIZED: XnnStatus = 1;
+/// `Ok` for [`XNN_STATUS_SUCCESS`], else the status as the error.
+pub fn status(status: XnnStatus) -> Result<(), XnnStatus> {
+    if status == XNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
 /// `XNN_EXTRA_BYTES`: XNNPACK may read this far past the end of an input.
 pub const XNN_EXTRA_BYTES: usize = 16;
 /// `XNN_EXTRA_BYTES`, in floats.
@@ -49,6 +57,56 @@ pub type RunOperator = unsafe extern "C" fn(XnnOperator, Pthreadpool) -> XnnStat
 pub type DeleteOperator = unsafe extern "C" fn(XnnOperator) -> XnnStatus;
 /// cpuinfo.h's `bool cpuinfo_initialize(void)`, which XNNPACK's libraries carry or link.
 pub type CpuinfoInitialize = unsafe extern "C" fn() -> bool;
+/// pthreadpool.h's `pthreadpool_create(threads_count)` (NULL on failure).
+pub type PthreadpoolCreate = unsafe extern "C" fn(usize) -> Pthreadpool;
+
+/// `xnn_subgraph_t`.
+pub type XnnSubgraph = *mut c_void;
+/// `xnn_runtime_t`.
+pub type XnnRuntime = *mut c_void;
+
+/// `struct xnn_external_value`: a subgraph's external value bound to a buffer.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ExternalValue {
+    /// The external value id given when the value was defined.
+    pub id: u32,
+    /// The buffer.
+    pub data: *mut c_void,
+}
+
+/// `xnn_datatype_fp32` (`enum xnn_datatype`, the same value since 2022).
+pub const XNN_DATATYPE_FP32: c_int = 1;
+/// `XNN_VALUE_FLAG_EXTERNAL_INPUT`.
+pub const XNN_VALUE_FLAG_EXTERNAL_INPUT: u32 = 1;
+/// `XNN_VALUE_FLAG_EXTERNAL_OUTPUT`.
+pub const XNN_VALUE_FLAG_EXTERNAL_OUTPUT: u32 = 2;
+/// `XNN_INVALID_VALUE_ID`: let the subgraph number the value.
+pub const XNN_INVALID_VALUE_ID: u32 = u32::MAX;
+
+/// `xnn_create_subgraph(external_value_ids, flags, &subgraph)`, the same in both headers.
+pub type CreateSubgraph = unsafe extern "C" fn(u32, u32, *mut XnnSubgraph) -> XnnStatus;
+/// `xnn_delete_subgraph`, the same in both headers.
+pub type DeleteSubgraph = unsafe extern "C" fn(XnnSubgraph) -> XnnStatus;
+/// `xnn_define_tensor_value(subgraph, datatype, num_dims, dims, data, external_id, flags,
+/// &id)`, the same in both headers.
+pub type DefineTensorValue = unsafe extern "C" fn(
+    XnnSubgraph,
+    c_int,
+    usize,
+    *const usize,
+    *const c_void,
+    u32,
+    u32,
+    *mut u32,
+) -> XnnStatus;
+/// `xnn_define_fully_connected(subgraph, min, max, input, filter, bias, output, flags)`, the
+/// same in both headers.
+pub type DefineFullyConnected =
+    unsafe extern "C" fn(XnnSubgraph, f32, f32, u32, u32, u32, u32, u32) -> XnnStatus;
+/// `xnn_invoke_runtime` and `xnn_delete_runtime` (both headers), `xnn_reshape_runtime`
+/// (current).
+pub type RuntimeFn = unsafe extern "C" fn(XnnRuntime) -> XnnStatus;
 
 /// How to load the library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
