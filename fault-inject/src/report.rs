@@ -30,31 +30,13 @@ pub mod exit {
     pub const NOT_BUILT: i32 = 3;
     /// The variant does not apply to the scenario.
     pub const NOT_APPLICABLE: i32 = 4;
-    /// An owner was used after free (its canary reads as the free fill).
-    pub const USE_AFTER_FREE: i32 = 10;
-    /// An owner's canary was corrupted.
-    pub const CANARY_DEAD: i32 = 11;
-    /// A freed block was written.
-    pub const WRITE_AFTER_FREE: i32 = 12;
-    /// A block was freed twice.
-    pub const DOUBLE_FREE: i32 = 13;
-    /// A pointer that is not a live block was freed.
-    pub const INVALID_FREE: i32 = 14;
-    /// The red zone before a block was written.
-    pub const RED_ZONE_BEFORE: i32 = 15;
-    /// The red zone after a block was written.
-    pub const RED_ZONE_AFTER: i32 = 16;
-    /// A block was freed with another layout than it was allocated with.
-    pub const LAYOUT_MISMATCH: i32 = 17;
-    /// The library's context holds a live owner other than the one it captured.
-    pub const OWNER_REBUILT: i32 = 18;
-    /// Guard-page mode (`KEEPALLOC_SCRIBBLE=guard:1/N`): a freed guarded block was read or
-    /// written; the fault handler reported it (`SIGSEGV`/`SIGBUS` at the faulting instruction).
-    pub const GUARD_USE_AFTER_FREE: i32 = 19;
-    /// Guard-page mode: the guard page before or after a live guarded block was touched.
-    pub const GUARD_OUT_OF_BOUNDS: i32 = 22;
-    /// Callers got different allocators, or the library captured another one.
-    pub const IDENTITY_MISMATCH: i32 = 20;
+    /// The codes of memory violations: the allocator crate's, one definition for both, so
+    /// a violation ends a process with the same code inside the harness and outside it.
+    pub use keepalloc_scribble::exit::{
+        CANARY_DEAD, DOUBLE_FREE, GUARD_OUT_OF_BOUNDS, GUARD_USE_AFTER_FREE, IDENTITY_MISMATCH,
+        INVALID_FREE, LAYOUT_MISMATCH, OWNER_REBUILT, RED_ZONE_AFTER, RED_ZONE_BEFORE,
+        USE_AFTER_FREE, WRITE_AFTER_FREE,
+    };
     /// Any other broken promise (an owner too many, a leak, a wrong error, a poisoned once).
     pub const INVARIANT: i32 = 21;
 

@@ -67,27 +67,11 @@ pub fn detail_printed() -> bool {
 #[cfg(test)]
 mod tests {
     use crate::report::exit;
-    use keepalloc_scribble::exit as scribble;
 
-    /// The violation codes the allocator exits with are the harness's codes.
+    /// The harness's own codes and the allocator crate's violation codes it re-exports never
+    /// collide.
     #[test]
-    fn exit_codes_agree_with_the_allocator_crate() {
-        for (ours, theirs) in [
-            (exit::USE_AFTER_FREE, scribble::USE_AFTER_FREE),
-            (exit::CANARY_DEAD, scribble::CANARY_DEAD),
-            (exit::WRITE_AFTER_FREE, scribble::WRITE_AFTER_FREE),
-            (exit::DOUBLE_FREE, scribble::DOUBLE_FREE),
-            (exit::INVALID_FREE, scribble::INVALID_FREE),
-            (exit::RED_ZONE_BEFORE, scribble::RED_ZONE_BEFORE),
-            (exit::RED_ZONE_AFTER, scribble::RED_ZONE_AFTER),
-            (exit::LAYOUT_MISMATCH, scribble::LAYOUT_MISMATCH),
-            (exit::OWNER_REBUILT, scribble::OWNER_REBUILT),
-            (exit::IDENTITY_MISMATCH, scribble::IDENTITY_MISMATCH),
-            (exit::GUARD_USE_AFTER_FREE, scribble::GUARD_USE_AFTER_FREE),
-            (exit::GUARD_OUT_OF_BOUNDS, scribble::GUARD_OUT_OF_BOUNDS),
-        ] {
-            assert_eq!(ours, theirs);
-        }
+    fn exit_codes_are_distinct() {
         let mut codes: Vec<i32> = exit::ALL.iter().map(|&(_, c)| c).collect();
         codes.sort_unstable();
         codes.dedup();

@@ -6,6 +6,7 @@
 use std::process::{Command, Output};
 
 use keepalloc_fault_inject::report::exit;
+use keepalloc_testkit::child::assert_exit;
 use keepalloc_testkit::describe;
 
 fn harness(scenario: &str, variant: &str, scribble: Option<&str>) -> Output {
@@ -24,14 +25,14 @@ fn harness(scenario: &str, variant: &str, scribble: Option<&str>) -> Output {
 fn keepalloc_passes_with_every_block_guarded() {
     for scenario in ["cold-start", "retry-after-capture", "out-of-memory"] {
         let out = harness(scenario, "keepalloc", Some("guard:1/1,stacks:both"));
-        assert_eq!(out.status.code(), Some(exit::PASS), "{}", describe(&out));
+        assert_exit(&out, exit::PASS);
     }
 }
 
 #[test]
 fn a_bad_setting_is_a_usage_error() {
     let out = harness("cold-start", "keepalloc", Some("guard:1/64,stacks:all"));
-    assert_eq!(out.status.code(), Some(exit::USAGE), "{}", describe(&out));
+    assert_exit(&out, exit::USAGE);
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("bad value \"all\" for \"stacks\": expected none, free or both"),
@@ -43,19 +44,16 @@ fn a_bad_setting_is_a_usage_error() {
 #[cfg(feature = "controls")]
 #[test]
 fn naive_retry_reports_the_free_in_the_failed_attempts_drop() {
+    use keepalloc_testkit::child::report_section;
+
     let out = harness(
         "retry-after-capture",
         "naive-retry",
         Some("stacks:both,depth:32"),
     );
-    assert_eq!(
-        out.status.code(),
-        Some(exit::USE_AFTER_FREE),
-        "{}",
-        describe(&out)
-    );
+    assert_exit(&out, exit::USE_AFTER_FREE);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let freed = section(&stderr, "freed by thread");
+    let freed = report_section(&stderr, "freed by thread");
     // The owner was freed by the drop of the box the failed attempt built, inside the naive
     // once's fallible closure.
     assert!(
@@ -64,7 +62,7 @@ fn naive_retry_reports_the_free_in_the_failed_attempts_drop() {
             && freed.contains("scenario::retry_after_capture"),
         "{stderr}"
     );
-    let allocated = section(&stderr, "previously allocated by thread");
+    let allocated = report_section(&stderr, "previously allocated by thread");
     assert!(allocated.contains("CanaryOwner::try_boxed"), "{stderr}");
 
     // The control: without stacks the report says so instead of inventing one.
@@ -73,21 +71,4 @@ fn naive_retry_reports_the_free_in_the_failed_attempts_drop() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("free stack not recorded"), "{stderr}");
     assert!(!stderr.contains("freed by thread"), "{stderr}");
-}
-
-/// The lines of `text` from the one containing `heading` to the next line that is not a
-/// frame.
-#[cfg(feature = "controls")]
-fn section<'a>(text: &'a str, heading: &str) -> &'a str {
-    let start = text
-        .find(heading)
-        .unwrap_or_else(|| panic!("no \"{heading}\" in:\n{text}"));
-    let rest = &text[start..];
-    let body_start = rest.find('\n').map_or(rest.len(), |i| i + 1);
-    let end = rest[body_start..]
-        .lines()
-        .take_while(|l| l.trim_start().starts_with('#'))
-        .map(|l| l.len() + 1)
-        .sum::<usize>();
-    &rest[..body_start + end]
 }

@@ -21,9 +21,17 @@ use allocator_api2::alloc::Allocator;
 use allocator_api2::vec::Vec as AVec;
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_provider::{
-    DEFAULT_LIBRARY, GlobalProvider, HookRan, InitError, Provider, ProviderError,
+    DEFAULT_LIBRARY, GlobalProvider, HookRan, InitError, Owner, Provider, ProviderError,
 };
 use witness::{Ledger, Witnessed, owner_serial, serial_behind};
+
+/// The owner `global` kept through its failed attempts, and the serial of its backend.
+fn kept_owner(global: &'static GlobalProvider<Witnessed>) -> (&'static Owner<Witnessed>, u64) {
+    let owner = global
+        .constructed_owner()
+        .expect("owner kept after failures");
+    (owner, owner.allocator().inner().serial())
+}
 
 /// A stand-in for XNNPACK's `xnn_initialize`: the first table it sees wins (CAS), later
 /// ones are ignored, exactly as the real library does. It keeps its own copy of the table
@@ -191,15 +199,7 @@ fn init_failing_after_capture_is_retried_with_the_same_owner() {
             assert!(err.to_string().contains("weights not ready"));
             assert!(GLOBAL.acquired().is_none());
         }
-        let first_owner = GLOBAL
-            .constructed_owner()
-            .expect("owner kept after failures") as *const _;
-        let kept_serial = GLOBAL
-            .constructed_owner()
-            .unwrap()
-            .allocator()
-            .inner()
-            .serial();
+        let (first_owner, kept_serial) = kept_owner(&GLOBAL);
         let h = session.preferred_allocator().unwrap();
         // The test's witnesses: one construction, and the owner every init call was given,
         // the one the library captured and the one published are the same, by serial.
@@ -256,13 +256,7 @@ fn panicking_init_propagates_then_succeeds() {
             GlobalProvider::new(|| LEDGER.construct(), Some(init));
         let r = catch_unwind(AssertUnwindSafe(|| GLOBAL.acquire()));
         assert!(r.is_err());
-        let kept = GLOBAL.constructed_owner().unwrap() as *const _;
-        let kept_serial = GLOBAL
-            .constructed_owner()
-            .unwrap()
-            .allocator()
-            .inner()
-            .serial();
+        let (kept, kept_serial) = kept_owner(&GLOBAL);
         let h = GLOBAL.acquire().unwrap();
         assert_eq!(
             LEDGER.constructed(),

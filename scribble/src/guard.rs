@@ -385,21 +385,33 @@ fn access_of(sig: libc::c_int, context: *mut libc::c_void) -> Access {
     }
 }
 
-/// The faulting instruction's address, from the interrupted context.
+/// The interrupted (for a fault, the faulting) instruction's address, read from a signal
+/// handler's context; `None` where keepalloc does not read contexts (outside x86-64 Linux).
+/// The fault-exploration crash handler shares it.
+///
+/// # Safety
+///
+/// `context` is NULL or the third argument of an `SA_SIGINFO` handler: the interrupted
+/// `ucontext_t`.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn pc_of(context: *mut libc::c_void) -> Option<usize> {
+pub unsafe fn interrupted_pc(context: *mut libc::c_void) -> Option<usize> {
     if context.is_null() {
         return None;
     }
-    // SAFETY: for an SA_SIGINFO handler the third argument is the interrupted ucontext.
+    // SAFETY: the caller passes an SA_SIGINFO handler's third argument, the interrupted ucontext.
     let pc = unsafe {
         (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize]
     };
     Some(pc as usize)
 }
 
+/// The interrupted instruction's address: unknown on this target.
+///
+/// # Safety
+///
+/// None: the context is not read (the contract is the x86-64 Linux one's).
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn pc_of(_: *mut libc::c_void) -> Option<usize> {
+pub unsafe fn interrupted_pc(_: *mut libc::c_void) -> Option<usize> {
     None
 }
 
@@ -477,7 +489,8 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, context: *m
     // trampoline (the interrupted frame's address is the faulting PC itself; it is stored
     // plus one because symbolization looks up the byte before a return address).
     let mut captured = &mut frames[..n];
-    if let Some(pc) = pc_of(context)
+    // SAFETY: `context` is this SA_SIGINFO handler's third argument.
+    if let Some(pc) = unsafe { interrupted_pc(context) }
         && let Some(k) = captured.iter().position(|&ip| ip == pc || ip == pc + 1)
     {
         captured[k] = pc + 1;

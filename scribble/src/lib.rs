@@ -42,7 +42,7 @@ pub use config::{
     ConfigError, GuardAlign, GuardConfig, MAX_STACK_DEPTH, SPEC_KEYS, ScribbleConfig, StackMode,
     XNN_EXTRA_BYTES,
 };
-pub use guard::GUARD_SLOTS;
+pub use guard::{GUARD_SLOTS, interrupted_pc};
 pub use hooks::{DefaultHooks, ScribbleHooks, print_report};
 pub use report::{BlockHistory, BlockState, ViolationReport};
 pub use scribble::{MIN_RED_ZONE, Scribble, ScribbleStats};

@@ -252,8 +252,8 @@ impl fmt::Display for Violation {
     }
 }
 
-/// The process exit codes of violations that end a process (the same numbers as
-/// `keepalloc_fault_inject::report::exit`, which adds the harness's own codes).
+/// The process exit codes of violations that end a process
+/// (`keepalloc_fault_inject::report::exit` re-exports them and adds the harness's own codes).
 pub mod exit {
     /// An owner was used after free (its canary reads as the free fill).
     pub const USE_AFTER_FREE: i32 = 10;

@@ -10,6 +10,7 @@ use std::process::Output;
 use allocator_api2::alloc::Allocator;
 use keepalloc_allocators::System;
 use keepalloc_scribble::{Scribble, ScribbleConfig, exit};
+use keepalloc_testkit::child::{assert_exit, report_section as section};
 use keepalloc_testkit::{describe, rerun};
 
 const CHILD: &str = "KEEPALLOC_SCRIBBLE_TEST_CHILD";
@@ -17,6 +18,20 @@ const CHILD: &str = "KEEPALLOC_SCRIBBLE_TEST_CHILD";
 /// Runs the ignored test `name` of this binary in a child process with `spec`.
 fn child(name: &str, spec: &str) -> Output {
     rerun(name, &[(CHILD, spec)])
+}
+
+/// Runs the child `name` with `spec`, asserts that it ended with exit status `code` (a
+/// guard-page fault's) before its bad access could print "unseen", and returns its stderr:
+/// the report.
+fn fault_report(name: &str, spec: &str, code: i32) -> String {
+    let out = child(name, spec);
+    assert_exit(&out, code);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("unseen"),
+        "{}",
+        describe(&out)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The child's allocator, configured by the parent.
@@ -65,22 +80,18 @@ fn read_after_free_is_caught_in_guard_mode_only() {
     // The control: the ordinary scribble path keeps the freed block mapped and filled with
     // 0x55, and a read changes nothing a quarantine check could see.
     let out = child("child_read_after_free", "stacks:both");
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_exit(&out, 0);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("read after free unseen: 0x55"),
         "{}",
         describe(&out)
     );
 
-    let out = child("child_read_after_free", "guard:1/1,stacks:both");
-    assert_eq!(
-        out.status.code(),
-        Some(exit::GUARD_USE_AFTER_FREE),
-        "{}",
-        describe(&out)
+    let stderr = fault_report(
+        "child_read_after_free",
+        "guard:1/1,stacks:both",
+        exit::GUARD_USE_AFTER_FREE,
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("unseen"));
     assert!(
         stderr.contains("guard-use-after-free")
             && stderr.contains("READ of a freed guarded block at offset 0"),
@@ -112,14 +123,11 @@ fn child_write_after_free() {
 
 #[test]
 fn write_after_free_is_a_write_in_guard_mode() {
-    let out = child("child_write_after_free", "guard:1/1,stacks:free");
-    assert_eq!(
-        out.status.code(),
-        Some(exit::GUARD_USE_AFTER_FREE),
-        "{}",
-        describe(&out)
+    let stderr = fault_report(
+        "child_write_after_free",
+        "guard:1/1,stacks:free",
+        exit::GUARD_USE_AFTER_FREE,
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("WRITE of a freed guarded block at offset 8"),
         "{stderr}"
@@ -150,12 +158,7 @@ fn child_overflow() {
 #[test]
 fn an_overflow_past_the_slack_faults_at_the_first_byte() {
     let out = child("child_overflow", "guard:1/1,stacks:both");
-    assert_eq!(
-        out.status.code(),
-        Some(exit::GUARD_OUT_OF_BOUNDS),
-        "{}",
-        describe(&out)
-    );
+    assert_exit(&out, exit::GUARD_OUT_OF_BOUNDS);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&format!("slack readable: {}", 16 * 0xFB)),
@@ -174,7 +177,7 @@ fn an_overflow_past_the_slack_faults_at_the_first_byte() {
 
     // The control: the same reads on the ordinary path land in the red zone, unseen.
     let out = child("child_overflow", "stacks:both");
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("overflow unseen"));
 }
 
@@ -190,35 +193,16 @@ fn child_underflow() {
 
 #[test]
 fn an_underflow_of_a_left_aligned_block_faults() {
-    let out = child("child_underflow", "guard:1/1,guard-align:left,stacks:both");
-    assert_eq!(
-        out.status.code(),
-        Some(exit::GUARD_OUT_OF_BOUNDS),
-        "{}",
-        describe(&out)
+    let stderr = fault_report(
+        "child_underflow",
+        "guard:1/1,guard-align:left,stacks:both",
+        exit::GUARD_OUT_OF_BOUNDS,
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("READ 1 bytes before the start"), "{stderr}");
     // Right-aligned (the default), the byte before the block is fill, readable: no fault.
     let out = child("child_underflow", "guard:1/1,stacks:both");
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("underflow unseen: 251"));
-}
-
-/// The lines of `text` from the one containing `heading` to the next line that is not a
-/// frame.
-fn section<'a>(text: &'a str, heading: &str) -> &'a str {
-    let start = text
-        .find(heading)
-        .unwrap_or_else(|| panic!("no \"{heading}\" in:\n{text}"));
-    let rest = &text[start..];
-    let body_start = rest.find('\n').map_or(rest.len(), |i| i + 1);
-    let end = rest[body_start..]
-        .lines()
-        .take_while(|l| l.trim_start().starts_with('#'))
-        .map(|l| l.len() + 1)
-        .sum::<usize>();
-    &rest[..body_start + end]
 }
 
 /// The frames of the section's first address (a function and the ones inlined into it).
@@ -253,14 +237,11 @@ fn child_read_on_another_thread() {
 
 #[test]
 fn a_thread_that_never_allocated_gets_a_full_report() {
-    let out = child("child_read_on_another_thread", "guard:1/1,stacks:both");
-    assert_eq!(
-        out.status.code(),
-        Some(exit::GUARD_USE_AFTER_FREE),
-        "{}",
-        describe(&out)
+    let stderr = fault_report(
+        "child_read_on_another_thread",
+        "guard:1/1,stacks:both",
+        exit::GUARD_USE_AFTER_FREE,
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(first_frame(section(&stderr, "faulting access by thread")).contains("read_freed_byte"));
     assert!(section(&stderr, "freed by thread").contains("child_read_on_another_thread"));
 }

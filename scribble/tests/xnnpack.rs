@@ -71,34 +71,11 @@ fn fully_connected(
     for (i, v) in xs.iter_mut().enumerate() {
         *v = value(i, 1);
     }
-    let mut op: *mut c_void = core::ptr::null_mut();
-    // SAFETY: w and b hold output*input and output floats; op is a valid out-pointer; x holds batch*input floats followed by the guarded block's 16 readable bytes of slack (XNN_EXTRA_BYTES), y batch*output floats.
-    unsafe {
-        let status = (xnn.create_fully_connected_nc_f32)(
-            input,
-            output,
-            input,
-            output,
-            w.as_ptr(),
-            b.as_ptr(),
-            -3.0,
-            3.0,
-            0,
-            &mut op,
-        );
-        assert_eq!(status, 0, "create");
-        assert_eq!(
-            (xnn.setup_fully_connected_nc_f32)(
-                op,
-                batch,
-                x.as_ptr(),
-                y.as_ptr(),
-                core::ptr::null_mut()
-            ),
-            0
-        );
-        assert_eq!((xnn.run_operator)(op, core::ptr::null_mut()), 0, "run");
-    }
+    // SAFETY: the entry points Debian2022Api looked up.
+    let op = unsafe { xnn.create_fully_connected(input, output, &w, &b, -3.0, 3.0) };
+    let op = op.expect("create");
+    // SAFETY: op is live; x holds batch*input floats followed by the guarded block's 16 readable bytes of slack (XNN_EXTRA_BYTES), y batch*output floats.
+    unsafe { xnn.run_fully_connected(op, batch, x.as_ptr(), y.as_ptr()) }.expect("setup and run");
     // SAFETY: y holds batch*output floats, written by the run.
     let ys = unsafe { core::slice::from_raw_parts(y.as_ptr(), batch * output) };
     for n in 0..batch {
@@ -201,24 +178,10 @@ fn child_use_after_delete() {
     let (w, b) = (vec![0.5f32; 8 * 4], vec![0.0f32; 8]);
     let (x, _) = floats(heap, 2 * 4);
     let (y, _) = floats(heap, 2 * 8);
-    let mut op: *mut c_void = core::ptr::null_mut();
-    // SAFETY: as in `fully_connected`; the operator is deleted once.
-    unsafe {
-        let status = (xnn.create_fully_connected_nc_f32)(
-            4,
-            8,
-            4,
-            8,
-            w.as_ptr(),
-            b.as_ptr(),
-            -1.0,
-            1.0,
-            0,
-            &mut op,
-        );
-        assert_eq!(status, 0);
-        assert_eq!((xnn.delete_operator)(op), 0);
-    }
+    // SAFETY: the entry points Debian2022Api looked up.
+    let op = unsafe { xnn.create_fully_connected(4, 8, &w, &b, -1.0, 1.0) }.expect("create");
+    // SAFETY: op is live and deleted once.
+    assert_eq!(unsafe { (xnn.delete_operator)(op) }, 0);
     let status = use_deleted_operator(&xnn, op, x.as_ptr(), y.as_ptr());
     println!("use of a deleted operator unseen: status {status}");
 }

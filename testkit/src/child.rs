@@ -36,3 +36,25 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Asserts that the child exited with `code`, describing what it did otherwise.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
+}
+
+/// One stack of a child's report: the lines of `text` from the one containing `heading` to
+/// the next line that is not a frame (`#N ...`). Panics when `heading` is missing.
+pub fn report_section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("no \"{heading}\" in:\n{text}"));
+    let rest = &text[start..];
+    let body_start = rest.find('\n').map_or(rest.len(), |i| i + 1);
+    let end = rest[body_start..]
+        .lines()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .map(|l| l.len() + 1)
+        .sum::<usize>();
+    &rest[..body_start + end]
+}

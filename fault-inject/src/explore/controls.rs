@@ -27,50 +27,27 @@ fn operator(table: &'static AllocatorTable) -> Result<FullyConnected, String> {
 
 /// `control-leak`.
 pub fn leak(table: &'static AllocatorTable) -> Outcome {
-    let op = match operator(table) {
-        Ok(op) => op,
-        Err(e) => {
-            return Outcome {
-                error: Some(e),
-                output_ok: None,
-            };
+    Outcome::from(operator(table).and_then(|op| {
+        // SAFETY: a complete table; the block is freed below through the same table.
+        let ws = unsafe { table.aligned_alloc(64, WORKSPACE) };
+        if ws.is_null() {
+            // The bug: the failure path forgets the operator and its packed weights.
+            core::mem::forget(op);
+            return Err("workspace: out of memory".into());
         }
-    };
-    // SAFETY: a complete table; the block is freed below through the same table.
-    let ws = unsafe { table.aligned_alloc(64, WORKSPACE) };
-    if ws.is_null() {
-        // The bug: the failure path forgets the operator and its packed weights.
-        core::mem::forget(op);
-        return Outcome {
-            error: Some("workspace: out of memory".into()),
-            output_ok: None,
-        };
-    }
-    // SAFETY: `ws` came from this table's aligned_alloc.
-    unsafe { table.aligned_free(ws) };
-    Outcome {
-        error: None,
-        output_ok: Some(true),
-    }
+        // SAFETY: `ws` came from this table's aligned_alloc.
+        unsafe { table.aligned_free(ws) };
+        Ok(true)
+    }))
 }
 
 /// `control-null`.
 pub fn null(table: &'static AllocatorTable) -> Outcome {
-    let op = match operator(table) {
-        Ok(op) => op,
-        Err(e) => {
-            return Outcome {
-                error: Some(e),
-                output_ok: None,
-            };
-        }
-    };
-    control_null_workspace(table);
-    drop(op);
-    Outcome {
-        error: None,
-        output_ok: Some(true),
-    }
+    Outcome::from(operator(table).map(|op| {
+        control_null_workspace(table);
+        drop(op);
+        true
+    }))
 }
 
 #[inline(never)]

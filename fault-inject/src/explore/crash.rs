@@ -5,8 +5,8 @@
 
 use std::io::Write as _;
 
-use keepalloc_scribble::Stack;
 use keepalloc_scribble::sites::caller_frames;
+use keepalloc_scribble::{Stack, interrupted_pc};
 
 const SIGNALS: [libc::c_int; 5] = [
     libc::SIGSEGV,
@@ -44,7 +44,8 @@ extern "C" fn on_signal(sig: libc::c_int, _: *mut libc::siginfo_t, context: *mut
     let frames = stack.frames();
     // The unwinder passes through the kernel's signal frame to the interrupted code: start
     // at the interrupted instruction (this handler's frames come before it).
-    let after = pc_of(context)
+    // SAFETY: `context` is this SA_SIGINFO handler's third argument.
+    let after = unsafe { interrupted_pc(context) }
         .and_then(|pc| frames.iter().position(|&ip| ip == pc || ip == pc + 1))
         .unwrap_or(0);
     let faulting = Stack::from_frames(stack.thread, &frames[after..], 64);
@@ -63,24 +64,6 @@ extern "C" fn on_signal(sig: libc::c_int, _: *mut libc::siginfo_t, context: *mut
         // SAFETY: raise has no preconditions.
         unsafe { libc::raise(sig) };
     }
-}
-
-/// The interrupted instruction's address.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn pc_of(context: *mut libc::c_void) -> Option<usize> {
-    if context.is_null() {
-        return None;
-    }
-    // SAFETY: for an SA_SIGINFO handler the third argument is the interrupted ucontext.
-    let pc = unsafe {
-        (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize]
-    };
-    Some(pc as usize)
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn pc_of(_: *mut libc::c_void) -> Option<usize> {
-    None
 }
 
 fn signal_name(sig: libc::c_int) -> &'static str {

@@ -51,6 +51,23 @@ pub struct Outcome {
     pub output_ok: Option<bool>,
 }
 
+impl From<Result<bool, String>> for Outcome {
+    /// A run that computed outputs, right (`Ok(true)`) or wrong, or that stopped at an error
+    /// before computing anything.
+    fn from(result: Result<bool, String>) -> Outcome {
+        match result {
+            Ok(ok) => Outcome {
+                error: None,
+                output_ok: Some(ok),
+            },
+            Err(e) => Outcome {
+                error: Some(e),
+                output_ok: None,
+            },
+        }
+    }
+}
+
 /// Runs `target`; `Err` for an unknown one.
 pub fn run(target: &str) -> Result<Outcome, String> {
     match target {

@@ -10,28 +10,17 @@ use core::ptr;
 
 use keepalloc_allocators::AllocatorTable;
 use keepalloc_xnnpack::Debian2022Api;
-use keepalloc_xnnpack::ffi::debian2022::{
-    DATATYPE_FP32, ExternalValue, INVALID_VALUE_ID, VALUE_FLAG_EXTERNAL_INPUT,
-    VALUE_FLAG_EXTERNAL_OUTPUT,
+use keepalloc_xnnpack::ffi::{
+    ExternalValue, XNN_DATATYPE_FP32, XNN_INVALID_VALUE_ID, XNN_VALUE_FLAG_EXTERNAL_INPUT,
+    XNN_VALUE_FLAG_EXTERNAL_OUTPUT,
 };
 
 use super::Outcome;
+use crate::consumer::values;
 
 const BATCH: usize = 5;
 const K: usize = 64;
 const N: usize = 48;
-
-fn values(seed: u64, len: usize) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// `y = x·Wᵀ + b` checked against f64 with the f32 dot-product bound.
 fn fc_ok(x: &[f32], w: &[f32], b: &[f32], y: &[f32]) -> bool {
@@ -92,64 +81,72 @@ fn check(what: &str, status: i32) -> Result<(), String> {
     }
 }
 
-fn outcome(result: Result<bool, String>) -> Outcome {
-    match result {
-        Ok(ok) => Outcome {
-            error: None,
-            output_ok: Some(ok),
-        },
-        Err(e) => Outcome {
-            error: Some(e),
-            output_ok: None,
-        },
+/// Runs `body` on the library set up over `table`; a setup failure is the outcome's error.
+fn with_library(
+    table: &'static AllocatorTable,
+    body: impl FnOnce(&Xnn) -> Result<bool, String>,
+) -> Result<Outcome, String> {
+    Ok(Outcome::from(setup(table)?.and_then(|xnn| body(&xnn))))
+}
+
+/// Runs `run`, which creates one operator into its argument, sets it up and runs it; then
+/// deletes the operator if one was created. A failed delete after a good run is the error.
+fn with_operator(
+    api: &Debian2022Api,
+    run: impl FnOnce(&mut *mut c_void) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let mut op = ptr::null_mut();
+    let result = run(&mut op);
+    if !op.is_null() {
+        // SAFETY: created by `run`, deleted once.
+        let status = unsafe { (api.delete_operator)(op) };
+        if status != 0 && result.is_ok() {
+            return Err(format!("delete: xnn_status {status}"));
+        }
     }
+    result
 }
 
 /// `xnnpack-fc`.
 pub fn fc(table: &'static AllocatorTable) -> Result<Outcome, String> {
-    let xnn = match setup(table)? {
-        Ok(x) => x,
-        Err(e) => return Ok(outcome(Err(e))),
-    };
-    let (x, w, b) = (values(1, BATCH * K + 16), values(2, N * K), values(3, N));
-    let mut y = vec![f32::NAN; BATCH * N];
-    let api = &xnn.api;
-    let mut op = ptr::null_mut();
-    // SAFETY: every buffer lives through the calls; XNNPACK copies the weights at create; the input carries XNN_EXTRA_BYTES of slack; `op` is deleted once below.
-    let result = unsafe {
-        (|| {
+    with_library(table, |xnn| {
+        let (x, w, b) = (values(1, BATCH * K + 16), values(2, N * K), values(3, N));
+        let mut y = vec![f32::NAN; BATCH * N];
+        let api = &xnn.api;
+        with_operator(api, |op| {
             let inf = f32::INFINITY;
-            check(
-                "create",
-                (api.create_fully_connected_nc_f32)(
-                    K,
-                    N,
-                    K,
-                    N,
-                    w.as_ptr(),
-                    b.as_ptr(),
-                    -inf,
-                    inf,
-                    0,
-                    &mut op,
-                ),
-            )?;
-            check(
-                "setup",
-                (api.setup_fully_connected_nc_f32)(op, BATCH, x.as_ptr(), y.as_mut_ptr(), xnn.pool),
-            )?;
-            check("run", (api.run_operator)(op, xnn.pool))?;
+            // SAFETY: every buffer lives through the calls; XNNPACK copies the weights at create; the input carries XNN_EXTRA_BYTES of slack; `with_operator` deletes `op` once.
+            unsafe {
+                check(
+                    "create",
+                    (api.create_fully_connected_nc_f32)(
+                        K,
+                        N,
+                        K,
+                        N,
+                        w.as_ptr(),
+                        b.as_ptr(),
+                        -inf,
+                        inf,
+                        0,
+                        op,
+                    ),
+                )?;
+                check(
+                    "setup",
+                    (api.setup_fully_connected_nc_f32)(
+                        *op,
+                        BATCH,
+                        x.as_ptr(),
+                        y.as_mut_ptr(),
+                        xnn.pool,
+                    ),
+                )?;
+                check("run", (api.run_operator)(*op, xnn.pool))?;
+            }
             Ok(fc_ok(&x, &w, &b, &y))
-        })()
-    };
-    if !op.is_null() {
-        // SAFETY: created above, deleted once.
-        let status = unsafe { (api.delete_operator)(op) };
-        if status != 0 && result.is_ok() {
-            return Ok(outcome(Err(format!("delete: xnn_status {status}"))));
-        }
-    }
-    Ok(outcome(result))
+        })
+    })
 }
 
 /// `xnnpack-conv`: a 3×3 convolution, padding 1, 8×8×4 in, 8 channels out.
@@ -158,59 +155,56 @@ pub fn conv(table: &'static AllocatorTable) -> Result<Outcome, String> {
     const W: usize = 8;
     const CI: usize = 4;
     const CO: usize = 8;
-    let xnn = match setup(table)? {
-        Ok(x) => x,
-        Err(e) => return Ok(outcome(Err(e))),
-    };
-    let x = values(4, H * W * CI + 16);
-    let kernel = values(5, CO * 3 * 3 * CI);
-    let bias = values(6, CO);
-    let mut y = vec![f32::NAN; H * W * CO];
-    let api = &xnn.api;
-    let mut op = ptr::null_mut();
-    // SAFETY: as in `fc`.
-    let result = unsafe {
-        (|| {
+    with_library(table, |xnn| {
+        let x = values(4, H * W * CI + 16);
+        let kernel = values(5, CO * 3 * 3 * CI);
+        let bias = values(6, CO);
+        let mut y = vec![f32::NAN; H * W * CO];
+        let api = &xnn.api;
+        with_operator(api, |op| {
             let inf = f32::INFINITY;
-            check(
-                "create",
-                (api.create_convolution2d_nhwc_f32)(
-                    1,
-                    1,
-                    1,
-                    1,
-                    3,
-                    3,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    CI,
-                    CO,
-                    CI,
-                    CO,
-                    kernel.as_ptr(),
-                    bias.as_ptr(),
-                    -inf,
-                    inf,
-                    0,
-                    &mut op,
-                ),
-            )?;
-            check(
-                "setup",
-                (api.setup_convolution2d_nhwc_f32)(
-                    op,
-                    1,
-                    H,
-                    W,
-                    x.as_ptr(),
-                    y.as_mut_ptr(),
-                    xnn.pool,
-                ),
-            )?;
-            check("run", (api.run_operator)(op, xnn.pool))?;
+            // SAFETY: as in `fc`.
+            unsafe {
+                check(
+                    "create",
+                    (api.create_convolution2d_nhwc_f32)(
+                        1,
+                        1,
+                        1,
+                        1,
+                        3,
+                        3,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        CI,
+                        CO,
+                        CI,
+                        CO,
+                        kernel.as_ptr(),
+                        bias.as_ptr(),
+                        -inf,
+                        inf,
+                        0,
+                        op,
+                    ),
+                )?;
+                check(
+                    "setup",
+                    (api.setup_convolution2d_nhwc_f32)(
+                        *op,
+                        1,
+                        H,
+                        W,
+                        x.as_ptr(),
+                        y.as_mut_ptr(),
+                        xnn.pool,
+                    ),
+                )?;
+                check("run", (api.run_operator)(*op, xnn.pool))?;
+            }
             // The f64 reference: kernel [CO][3][3][CI], zero padding.
             let ok = (0..H * W * CO).all(|o| {
                 let (oy, ox, co) = (o / (W * CO), o / CO % W, o % CO);
@@ -232,85 +226,78 @@ pub fn conv(table: &'static AllocatorTable) -> Result<Outcome, String> {
                 (y[o] as f64 - s).abs() <= 40.0 * f32::EPSILON as f64 * t
             });
             Ok(ok)
-        })()
-    };
-    if !op.is_null() {
-        // SAFETY: created above, deleted once.
-        unsafe { (api.delete_operator)(op) };
-    }
-    Ok(outcome(result))
+        })
+    })
 }
 
 /// `xnnpack-subgraph`: input [5, 64] → fully connected (static weights and bias) → [5, 48].
 pub fn subgraph(table: &'static AllocatorTable) -> Result<Outcome, String> {
-    let xnn = match setup(table)? {
-        Ok(x) => x,
-        Err(e) => return Ok(outcome(Err(e))),
-    };
-    let (x, w, b) = (values(7, BATCH * K + 16), values(8, N * K), values(9, N));
-    let mut y = vec![f32::NAN; BATCH * N];
-    let api = &xnn.api;
-    let (mut sg, mut rt) = (ptr::null_mut(), ptr::null_mut());
-    // SAFETY: every buffer (the static weights and bias included: XNNPACK reads them at runtime creation and at each invoke) outlives the subgraph and the runtime, which are deleted once below.
-    let result = unsafe {
-        (|| {
-            check("create_subgraph", (api.create_subgraph)(2, 0, &mut sg))?;
-            let tensor = |dims: &[usize], data: *const c_void, external: u32, flags: u32| {
-                let mut id = 0;
+    with_library(table, |xnn| {
+        let (x, w, b) = (values(7, BATCH * K + 16), values(8, N * K), values(9, N));
+        let mut y = vec![f32::NAN; BATCH * N];
+        let api = &xnn.api;
+        let (mut sg, mut rt) = (ptr::null_mut(), ptr::null_mut());
+        // SAFETY: every buffer (the static weights and bias included: XNNPACK reads them at runtime creation and at each invoke) outlives the subgraph and the runtime, which are deleted once below.
+        let result = unsafe {
+            (|| {
+                check("create_subgraph", (api.create_subgraph)(2, 0, &mut sg))?;
+                let tensor = |dims: &[usize], data: *const c_void, external: u32, flags: u32| {
+                    let mut id = 0;
+                    check(
+                        "define_tensor_value",
+                        (api.define_tensor_value)(
+                            sg,
+                            XNN_DATATYPE_FP32,
+                            dims.len(),
+                            dims.as_ptr(),
+                            data,
+                            external,
+                            flags,
+                            &mut id,
+                        ),
+                    )
+                    .map(|()| id)
+                };
+                let input = tensor(&[BATCH, K], ptr::null(), 0, XNN_VALUE_FLAG_EXTERNAL_INPUT)?;
+                let output = tensor(&[BATCH, N], ptr::null(), 1, XNN_VALUE_FLAG_EXTERNAL_OUTPUT)?;
+                let filter = tensor(&[N, K], w.as_ptr().cast(), XNN_INVALID_VALUE_ID, 0)?;
+                let bias = tensor(&[N], b.as_ptr().cast(), XNN_INVALID_VALUE_ID, 0)?;
+                let inf = f32::INFINITY;
                 check(
-                    "define_tensor_value",
-                    (api.define_tensor_value)(
-                        sg,
-                        DATATYPE_FP32,
-                        dims.len(),
-                        dims.as_ptr(),
-                        data,
-                        external,
-                        flags,
-                        &mut id,
-                    ),
-                )
-                .map(|()| id)
-            };
-            let input = tensor(&[BATCH, K], ptr::null(), 0, VALUE_FLAG_EXTERNAL_INPUT)?;
-            let output = tensor(&[BATCH, N], ptr::null(), 1, VALUE_FLAG_EXTERNAL_OUTPUT)?;
-            let filter = tensor(&[N, K], w.as_ptr().cast(), INVALID_VALUE_ID, 0)?;
-            let bias = tensor(&[N], b.as_ptr().cast(), INVALID_VALUE_ID, 0)?;
-            let inf = f32::INFINITY;
-            check(
-                "define_fully_connected",
-                (api.define_fully_connected)(sg, -inf, inf, input, filter, bias, output, 0),
-            )?;
-            check(
-                "create_runtime_v2",
-                (api.create_runtime_v2)(sg, xnn.pool, 0, &mut rt),
-            )?;
-            let external = [
-                ExternalValue {
-                    id: input,
-                    data: x.as_ptr().cast_mut().cast(),
-                },
-                ExternalValue {
-                    id: output,
-                    data: y.as_mut_ptr().cast(),
-                },
-            ];
-            check(
-                "setup_runtime",
-                (api.setup_runtime)(rt, 2, external.as_ptr()),
-            )?;
-            check("invoke_runtime", (api.invoke_runtime)(rt))?;
-            Ok(fc_ok(&x, &w, &b, &y))
-        })()
-    };
-    // SAFETY: created above (or NULL), deleted once each.
-    unsafe {
-        if !rt.is_null() {
-            (api.delete_runtime)(rt);
+                    "define_fully_connected",
+                    (api.define_fully_connected)(sg, -inf, inf, input, filter, bias, output, 0),
+                )?;
+                check(
+                    "create_runtime_v2",
+                    (api.create_runtime_v2)(sg, xnn.pool, 0, &mut rt),
+                )?;
+                let external = [
+                    ExternalValue {
+                        id: input,
+                        data: x.as_ptr().cast_mut().cast(),
+                    },
+                    ExternalValue {
+                        id: output,
+                        data: y.as_mut_ptr().cast(),
+                    },
+                ];
+                check(
+                    "setup_runtime",
+                    (api.setup_runtime)(rt, 2, external.as_ptr()),
+                )?;
+                check("invoke_runtime", (api.invoke_runtime)(rt))?;
+                Ok(fc_ok(&x, &w, &b, &y))
+            })()
+        };
+        // SAFETY: created above (or NULL), deleted once each.
+        unsafe {
+            if !rt.is_null() {
+                (api.delete_runtime)(rt);
+            }
+            if !sg.is_null() {
+                (api.delete_subgraph)(sg);
+            }
         }
-        if !sg.is_null() {
-            (api.delete_subgraph)(sg);
-        }
-    }
-    Ok(outcome(result))
+        result
+    })
 }
