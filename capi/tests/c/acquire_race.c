@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "together.h"
 
 #define THREADS 32
 
-static pthread_barrier_t start;
 static atomic_int hook_calls;
 static const keepalloc_table* _Atomic hook_table;
 static const keepalloc_table* seen[THREADS];
@@ -36,24 +36,12 @@ static int library_init(const keepalloc_table* table, void* user_data) {
   return 0;
 }
 
-static void* session(void* arg) {
-  size_t i = (size_t)arg;
-  int rc = pthread_barrier_wait(&start);
-  CHECK(rc == 0 || rc == PTHREAD_BARRIER_SERIAL_THREAD);
+static void session(size_t i) {
   status[i] = keepalloc_acquire(library_init, &hook_calls, &seen[i]);
-  return NULL;
 }
 
 int main(void) {
-  pthread_t threads[THREADS];
-  CHECK_PTHREAD(pthread_barrier_init(&start, NULL, THREADS));
-  for (size_t i = 0; i < THREADS; i++) {
-    CHECK_PTHREAD(pthread_create(&threads[i], NULL, session, (void*)i));
-  }
-  for (size_t i = 0; i < THREADS; i++) {
-    CHECK_PTHREAD(pthread_join(threads[i], NULL));
-  }
-  CHECK_PTHREAD(pthread_barrier_destroy(&start));
+  run_together(THREADS, session);
 
   for (size_t i = 0; i < THREADS; i++) {
     CHECK(status[i] == KEEPALLOC_OK);

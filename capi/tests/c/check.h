@@ -1,5 +1,5 @@
 /*
- * check.h — the assertion and thread helpers shared by keepalloc's C tests.
+ * check.h — the assertion and thread helpers shared by keepalloc's C and C++ tests.
  *
  * Every test is its own program (the provider is process-wide, so each test needs a fresh
  * process). A failed CHECK prints "<file>:<line>: CHECK failed: <condition>" and exits with

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "check.h"
+
 static_assert(std::is_standard_layout_v<keepalloc_table>);
 static_assert(std::is_trivially_copyable_v<keepalloc_table>);
 static_assert(sizeof(keepalloc_table) == 6 * sizeof(void*));
@@ -30,14 +32,6 @@ static_assert(static_cast<int>(KEEPALLOC_FORKED_DURING_INIT) == 9 && static_cast
               static_cast<int>(KEEPALLOC_HOOK_THREW) == 4);
 static_assert(KEEPALLOC_VERSION == ((KEEPALLOC_VERSION_MAJOR << 16) | (KEEPALLOC_VERSION_MINOR << 8) |
                                     KEEPALLOC_VERSION_PATCH));
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 int main() {
   std::atomic<int> calls{0};

@@ -10,14 +10,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-#define STEP(name) std::fprintf(stderr, "step: %s\n", name)
+#include "check.h"
 
 static std::atomic<int> destroyed{0};
 static std::atomic<void*> first_context{nullptr};

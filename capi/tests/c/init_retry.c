@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "together.h"
 
 #define FAILURES 3
 #define MAX_CALLS 16
@@ -89,14 +90,10 @@ static void sequential(void) {
 }
 
 #define THREADS 32
-static pthread_barrier_t start;
 static atomic_int failures_returned;
 static const keepalloc_table* seen[THREADS];
 
-static void* session(void* arg) {
-  size_t i = (size_t)arg;
-  int rc = pthread_barrier_wait(&start);
-  CHECK(rc == 0 || rc == PTHREAD_BARRIER_SERIAL_THREAD);
+static void session(size_t i) {
   for (;;) {
     keepalloc_status st = keepalloc_acquire(failing_hook, &log, &seen[i]);
     if (st == KEEPALLOC_OK) break;
@@ -104,18 +101,10 @@ static void* session(void* arg) {
     CHECK(seen[i] == NULL);
     atomic_fetch_add(&failures_returned, 1);
   }
-  return NULL;
 }
 
 static void concurrent(void) {
-  pthread_t threads[THREADS];
-  CHECK_PTHREAD(pthread_barrier_init(&start, NULL, THREADS));
-  for (size_t i = 0; i < THREADS; i++) {
-    CHECK_PTHREAD(pthread_create(&threads[i], NULL, session, (void*)i));
-  }
-  for (size_t i = 0; i < THREADS; i++) {
-    CHECK_PTHREAD(pthread_join(threads[i], NULL));
-  }
+  run_together(THREADS, session);
   /* Only the caller that ran a failed attempt hears of it; waiters retry instead. */
   CHECK(atomic_load(&failures_returned) == FAILURES);
   CHECK(atomic_load(&log.calls) == FAILURES + 1);

@@ -61,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control_owner.h"
 #include "keepalloc.h"
 
 /* Exactly one mode: each defines CONTROL_NAME, and a second one trips the #error. */
@@ -157,10 +158,6 @@
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-struct owner {
-  atomic_uint_fast64_t allocations, deallocations, live_bytes, peak_bytes;
-};
-
 /* Blocks carry a 16-byte header {size, alignment}: frees need no size, and reallocate keeps
  * the alignment. (No offset to the malloc'd base: freed blocks are never given back.) */
 static void* block_alloc(void* context, size_t alignment, size_t size) {
@@ -185,16 +182,8 @@ static void* block_alloc(void* context, size_t alignment, size_t size) {
   size_t* header = (size_t*)(user - 16);
   header[0] = size;
   header[1] = alignment;
-  atomic_fetch_add(&o->allocations, 1);
-  uint_fast64_t live = atomic_fetch_add(&o->live_bytes, size) + size;
-  uint_fast64_t peak = atomic_load(&o->peak_bytes);
-  while (live > peak && !atomic_compare_exchange_weak(&o->peak_bytes, &peak, live)) {
-  }
+  owner_count_allocation(o, size);
   return (void*)user;
-}
-
-static void* control_allocate(void* context, size_t size) {
-  return block_alloc(context, 16, size);
 }
 
 static void control_deallocate(void* context, void* pointer) {
@@ -205,8 +194,7 @@ static void control_deallocate(void* context, void* pointer) {
   /* FREE_NULL_CRASHES: for NULL this reads address NULL - 16. */
   size_t* header = (size_t*)((uintptr_t)pointer - 16);
   size_t size = header[0];
-  atomic_fetch_add(&o->deallocations, 1);
-  atomic_fetch_sub(&o->live_bytes, size);
+  owner_count_free(o, size);
   memset(pointer, 0x55, size); /* scribbled and quarantined: never given back to malloc */
 }
 
@@ -244,7 +232,6 @@ static void* control_aligned_allocate(void* context, size_t alignment, size_t si
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct owner* _Atomic owner;
 static atomic_int published;
-static atomic_uint_fast64_t owners_constructed, init_attempts, init_successes;
 static keepalloc_table table;
 
 /* The slow path, under the lock. */
@@ -261,12 +248,7 @@ static keepalloc_status run_once(keepalloc_init_fn init, void* user_data) {
       }
       atomic_fetch_add(&owners_constructed, 1);
       atomic_store(&owner, o);
-      table.context = o;
-      table.allocate = control_allocate;
-      table.reallocate = control_reallocate;
-      table.deallocate = control_deallocate;
-      table.aligned_allocate = control_aligned_allocate;
-      table.aligned_deallocate = control_deallocate;
+      owner_table(&table, o);
     }
     if (init != NULL) { /* a NULL hook publishes the owner only: no library's once */
       atomic_fetch_add(&init_attempts, 1);
@@ -315,15 +297,8 @@ void keepalloc_get_stats(keepalloc_stats* out) {
 #ifndef KEEPALLOC_CONTROL_STATS_NULL_WRITTEN
   if (out == NULL) return;
 #endif
-  struct owner* o = atomic_load(&owner);
   /* STATS_NULL_WRITTEN: a store through NULL. */
-  out->owners_constructed = atomic_load(&owners_constructed);
-  out->init_attempts = atomic_load(&init_attempts);
-  out->init_successes = atomic_load(&init_successes);
-  out->allocations = o ? atomic_load(&o->allocations) : 0;
-  out->deallocations = o ? atomic_load(&o->deallocations) : 0;
-  out->live_bytes = o ? atomic_load(&o->live_bytes) : 0;
-  out->peak_bytes = o ? atomic_load(&o->peak_bytes) : 0;
+  owner_stats(atomic_load(&owner), out);
 }
 
 size_t keepalloc_get_stats_ex(keepalloc_stats* out, size_t size) {

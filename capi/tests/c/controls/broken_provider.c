@@ -28,17 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control_owner.h"
 #include "keepalloc.h"
 
 #if defined(KEEPALLOC_CONTROL_RACY) == defined(KEEPALLOC_CONTROL_NAIVE_RETRY)
 #error "define exactly one of KEEPALLOC_CONTROL_RACY, KEEPALLOC_CONTROL_NAIVE_RETRY"
 #endif
 
-struct owner {
-  atomic_uint_fast64_t allocations, deallocations, live_bytes, peak_bytes;
-};
-
-static atomic_uint_fast64_t owners_constructed, init_attempts, init_successes;
 static struct owner* _Atomic current_owner;
 
 /* Blocks carry a 16-byte header {size, offset-to-base} so frees need no size. */
@@ -53,24 +49,15 @@ static void* block_alloc(void* context, size_t alignment, size_t size) {
   size_t* header = (size_t*)(user - 16);
   header[0] = size;
   header[1] = user - (uintptr_t)base;
-  atomic_fetch_add(&o->allocations, 1);
-  uint_fast64_t live = atomic_fetch_add(&o->live_bytes, size) + size;
-  uint_fast64_t peak = atomic_load(&o->peak_bytes);
-  while (live > peak && !atomic_compare_exchange_weak(&o->peak_bytes, &peak, live)) {
-  }
+  owner_count_allocation(o, size);
   return (void*)user;
-}
-
-static void* control_allocate(void* context, size_t size) {
-  return block_alloc(context, 16, size);
 }
 
 static void control_deallocate(void* context, void* pointer) {
   struct owner* o = context;
   if (pointer == NULL) return;
   size_t* header = (size_t*)((uintptr_t)pointer - 16);
-  atomic_fetch_add(&o->deallocations, 1);
-  atomic_fetch_sub(&o->live_bytes, header[0]);
+  owner_count_free(o, header[0]);
   free((unsigned char*)pointer - header[1]);
 }
 
@@ -125,12 +112,7 @@ keepalloc_status keepalloc_acquire(keepalloc_init_fn init, void* user_data,
     struct owner* old = atomic_exchange(&current_owner, fresh); /* the store */
     if (old != NULL) drop_owner(old); /* the assignment drops the previous owner */
   }
-  table.context = atomic_load(&current_owner);
-  table.allocate = control_allocate;
-  table.reallocate = control_reallocate;
-  table.deallocate = control_deallocate;
-  table.aligned_allocate = control_aligned_allocate;
-  table.aligned_deallocate = control_deallocate;
+  owner_table(&table, atomic_load(&current_owner));
   atomic_fetch_add(&init_attempts, 1);
   if (init != NULL && init(&table, user_data) != 0) return KEEPALLOC_INIT_FAILED;
   atomic_fetch_add(&init_successes, 1);
@@ -154,12 +136,7 @@ keepalloc_status keepalloc_acquire(keepalloc_init_fn init, void* user_data,
       return KEEPALLOC_OUT_OF_MEMORY;
     }
     atomic_store(&current_owner, fresh);
-    table.context = fresh;
-    table.allocate = control_allocate;
-    table.reallocate = control_reallocate;
-    table.deallocate = control_deallocate;
-    table.aligned_allocate = control_aligned_allocate;
-    table.aligned_deallocate = control_deallocate;
+    owner_table(&table, fresh);
     atomic_fetch_add(&init_attempts, 1);
     if (init != NULL && init(&table, user_data) != 0) {
       atomic_store(&current_owner, NULL);
@@ -178,14 +155,7 @@ keepalloc_status keepalloc_acquire(keepalloc_init_fn init, void* user_data,
 
 void keepalloc_get_stats(keepalloc_stats* out) {
   if (out == NULL) return;
-  struct owner* o = atomic_load(&current_owner);
-  out->owners_constructed = atomic_load(&owners_constructed);
-  out->init_attempts = atomic_load(&init_attempts);
-  out->init_successes = atomic_load(&init_successes);
-  out->allocations = o ? atomic_load(&o->allocations) : 0;
-  out->deallocations = o ? atomic_load(&o->deallocations) : 0;
-  out->live_bytes = o ? atomic_load(&o->live_bytes) : 0;
-  out->peak_bytes = o ? atomic_load(&o->peak_bytes) : 0;
+  owner_stats(atomic_load(&current_owner), out);
 }
 
 const char* keepalloc_backend_name(void) {
