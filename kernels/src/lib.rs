@@ -88,6 +88,7 @@ pub use init::{captured_table, initialize};
 pub use isa::{ISA_ENV, Isa, selected as selected_isa};
 pub use keepalloc_allocators::AllocatorTable;
 pub use lowp::{DOT_ISA_ENV, DotIsa};
+pub use operators::desc::FcDesc;
 pub use operators::fc::{FullyConnected, FullyConnectedDesc};
 pub use operators::fc_bf16::{
     FullyConnectedBf16F32, FullyConnectedBf16F32Desc, bf16_from_f32, bf16_to_f32,
@@ -96,6 +97,8 @@ pub use operators::fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
 pub use operators::fc_qd8::{
     FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, Qd8Params, quantize_qd8,
 };
+pub use operators::kind as kinds;
+pub use operators::lowp_common::FcLowp;
 pub use pool::{MAX_POOL_THREADS, Parallel, Sequential, ThreadPool, process_pool};
 pub use pthreadpool::{
     Pthreadpool, PthreadpoolGetThreadsCount, PthreadpoolParallelize1d, PthreadpoolTask1d,

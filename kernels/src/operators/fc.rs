@@ -2,8 +2,9 @@
 
 use keepalloc_allocators::AllocatorTable;
 
-use super::desc::desc_builders;
+use super::desc::{FcDesc, Geometry};
 use super::grid::{GridCache, run_parallel};
+use super::kind::F32;
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
 use crate::gemm::{self, Problem};
@@ -12,77 +13,9 @@ use crate::isa::{self, Isa};
 use crate::pack::{self, Layout};
 use crate::pool::{self, Parallel};
 
-/// Everything `xnn_create_fully_connected_nc_f32` takes, as a value with defaults.
-///
-/// ```
-/// use keepalloc_kernels::FullyConnectedDesc;
-/// let w = [1.0f32; 6]; // 3 outputs × 2 inputs
-/// let desc = FullyConnectedDesc::new(2, 3, &w).with_bias(&[0.5, 0.0, -0.5]).with_range(0.0, 6.0);
-/// assert_eq!(desc.input_stride, 2);
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct FullyConnectedDesc<'a> {
-    /// K: values per input row.
-    pub input_channels: usize,
-    /// N: values per output row.
-    pub output_channels: usize,
-    /// Distance between input rows, in floats (≥ `input_channels`).
-    pub input_stride: usize,
-    /// Distance between output rows, in floats (≥ `output_channels`).
-    pub output_stride: usize,
-    /// `N × K` floats, `[output][input]`; or `K × N`, `[input][output]`, when
-    /// `transposed_weights` is set.
-    pub weights: &'a [f32],
-    /// `N` floats, or none (zero bias).
-    pub bias: Option<&'a [f32]>,
-    /// Lower output bound (`-inf` for none).
-    pub output_min: f32,
-    /// Upper output bound (`+inf` for none).
-    pub output_max: f32,
-    /// Weights are `[input][output]` (`XNN_FLAG_TRANSPOSE_WEIGHTS`).
-    pub transposed_weights: bool,
-    /// The instruction set to use; `None` is the process-wide choice ([`isa::selected`]).
-    pub isa: Option<Isa>,
-    /// Threads one `run` uses (1 = the calling thread only, the default).
-    pub threads: usize,
-    /// Ask Linux for transparent huge pages under the packed weights (the default): see
-    /// [`with_huge_pages`](Self::with_huge_pages).
-    pub huge_pages: bool,
-}
-
-impl<'a> FullyConnectedDesc<'a> {
-    /// `input_channels` → `output_channels` with `[output][input]` weights, dense rows, no
-    /// bias, no clamp, the process-wide ISA and one thread.
-    pub fn new(input_channels: usize, output_channels: usize, weights: &'a [f32]) -> Self {
-        FullyConnectedDesc {
-            input_channels,
-            output_channels,
-            input_stride: input_channels,
-            output_stride: output_channels,
-            weights,
-            bias: None,
-            output_min: f32::NEG_INFINITY,
-            output_max: f32::INFINITY,
-            transposed_weights: false,
-            isa: None,
-            threads: 1,
-            huge_pages: true,
-        }
-    }
-
-    desc_builders!(f32);
-
-    /// Runs on at most `threads` threads of the [process pool](crate::process_pool) (one
-    /// per CPU, started by the first `create` with `threads > 1`, allocating nothing);
-    /// 1, the default, runs on the calling thread. The work is cut
-    /// into M-row × N-panel tiles; results are bit-identical to a one-thread run. To run
-    /// on a pool of your own (or your runtime's), use
-    /// [`FullyConnected::run_in`].
-    pub fn with_threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
-        self
-    }
-}
+/// Everything `xnn_create_fully_connected_nc_f32` takes, as a value with defaults: f32
+/// weights, and the thread count of [`with_threads`](FcDesc::with_threads).
+pub type FullyConnectedDesc<'a> = FcDesc<'a, F32>;
 
 /// A fully-connected f32 operator with its weights packed into memory from the allocator
 /// table.
@@ -94,12 +27,7 @@ impl<'a> FullyConnectedDesc<'a> {
 pub struct FullyConnected {
     packed: TableBuf,
     isa: Isa,
-    k: usize,
-    n: usize,
-    input_stride: usize,
-    output_stride: usize,
-    min: f32,
-    max: f32,
+    geometry: Geometry,
     threads: usize,
     /// The cut of the last parallel run, so that runs of the same batch on the same thread
     /// count skip [`Grid::new`](super::grid::Grid::new)'s search (see [`GridCache`]).
@@ -108,14 +36,8 @@ pub struct FullyConnected {
 
 impl core::fmt::Debug for FullyConnected {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("FullyConnected")
-            .field("isa", &self.isa)
-            .field("input_channels", &self.k)
-            .field("output_channels", &self.n)
-            .field("input_stride", &self.input_stride)
-            .field("output_stride", &self.output_stride)
-            .field("output_min", &self.min)
-            .field("output_max", &self.max)
+        self.geometry
+            .debug(f, "FullyConnected", &self.isa)
             .field("threads", &self.threads)
             .field("packed_bytes", &self.packed.bytes())
             .finish()
@@ -157,49 +79,9 @@ impl FullyConnected {
         };
         let (k, n) = (desc.input_channels, desc.output_channels);
         let nr = gemm::shape(isa).nr;
-        let bad_channels = KernelError::InvalidChannels {
-            input_channels: k,
-            output_channels: n,
-        };
-        if k == 0 || n == 0 {
-            return Err(bad_channels);
-        }
-        let packed_len = pack::packed_len(nr, k, n)
-            .filter(|&len| len <= isize::MAX as usize / size_of::<f32>())
-            .ok_or(bad_channels)?;
-        let weights_len = k.checked_mul(n).ok_or(bad_channels)?;
-        if desc.input_stride < k {
-            return Err(KernelError::InvalidStride {
-                which: "input",
-                stride: desc.input_stride,
-                channels: k,
-            });
-        }
-        if desc.output_stride < n {
-            return Err(KernelError::InvalidStride {
-                which: "output",
-                stride: desc.output_stride,
-                channels: n,
-            });
-        }
-        if desc.weights.len() != weights_len {
-            return Err(KernelError::WeightsLength {
-                expected: weights_len,
-                actual: desc.weights.len(),
-            });
-        }
-        if let Some(bias) = desc.bias
-            && bias.len() != n
-        {
-            return Err(KernelError::BiasLength {
-                expected: n,
-                actual: bias.len(),
-            });
-        }
-        let (min, max) = (desc.output_min, desc.output_max);
-        if min.is_nan() || max.is_nan() || min > max {
-            return Err(KernelError::InvalidRange { min, max });
-        }
+        let packed_len =
+            pack::packed_len(nr, k, n).filter(|&len| len <= isize::MAX as usize / size_of::<f32>());
+        let (geometry, packed_len) = desc.validate(usize::MAX, packed_len)?;
         if desc.threads == 0 {
             return Err(KernelError::InvalidThreads);
         }
@@ -225,12 +107,7 @@ impl FullyConnected {
         Ok(FullyConnected {
             packed,
             isa,
-            k,
-            n,
-            input_stride: desc.input_stride,
-            output_stride: desc.output_stride,
-            min,
-            max,
+            geometry,
             threads: desc.threads,
             grid: GridCache::new(),
         })
@@ -243,12 +120,12 @@ impl FullyConnected {
 
     /// K.
     pub fn input_channels(&self) -> usize {
-        self.k
+        self.geometry.k
     }
 
     /// N.
     pub fn output_channels(&self) -> usize {
-        self.n
+        self.geometry.n
     }
 
     /// Threads a `run` uses.
@@ -342,48 +219,27 @@ impl FullyConnected {
         output: &mut [f32],
         pool: Option<(&dyn Parallel, usize)>,
     ) -> Result<(), KernelError> {
-        if batch == 0 {
+        let g = &self.geometry;
+        if !g.check_run(batch, input.len(), output.len())? {
             return Ok(());
-        }
-        let needed = |stride: usize, channels: usize| {
-            (batch - 1)
-                .checked_mul(stride)
-                .and_then(|v| v.checked_add(channels))
-                .ok_or(KernelError::BatchOverflow { batch })
-        };
-        let need_in = needed(self.input_stride, self.k)?;
-        let need_out = needed(self.output_stride, self.n)?;
-        if input.len() < need_in {
-            return Err(KernelError::BufferTooShort {
-                which: "input",
-                needed: need_in,
-                actual: input.len(),
-            });
-        }
-        if output.len() < need_out {
-            return Err(KernelError::BufferTooShort {
-                which: "output",
-                needed: need_out,
-                actual: output.len(),
-            });
         }
         let problem = Problem {
             isa: self.isa,
             m: batch,
-            k: self.k,
-            n: self.n,
+            k: g.k,
+            n: g.n,
             a: input.as_ptr(),
-            lda: self.input_stride,
+            lda: g.input_stride,
             packed: self.packed.as_slice().as_ptr(),
             c: output.as_mut_ptr(),
-            ldc: self.output_stride,
-            min: self.min,
-            max: self.max,
+            ldc: g.output_stride,
+            min: g.min,
+            max: g.max,
             shared: false,
         };
         match pool {
             None => {
-                let panels = self.n.div_ceil(gemm::shape(self.isa).nr);
+                let panels = g.n.div_ceil(gemm::shape(self.isa).nr);
                 // SAFETY: the slices, the packing and the ISA were all checked above.
                 unsafe { gemm::run(&problem, 0..panels) };
                 Ok(())

@@ -2,14 +2,12 @@
 //! int8 inside the operator, int8 weights with one f32 scale per output channel, f32
 //! output with bias and clamp.
 
-use keepalloc_allocators::AllocatorTable;
-
-use super::desc::desc_builders;
-use super::lowp_common::{Core, core_accessors};
+use super::desc::FcDesc;
+use super::kind::Qd8F32Qc8w;
+use super::lowp_common::FcLowp;
 use crate::buffer::ALIGNMENT;
 use crate::error::KernelError;
-use crate::init;
-use crate::lowp::{self, DotIsa, Job, Kind, RowQuant, quant};
+use crate::lowp::{self, Job, Kind, RowQuant, quant};
 use crate::pool::Parallel;
 
 /// One row's dynamic quantization, laid out as XNNPACK's `struct xnn_quantization_params`:
@@ -48,63 +46,10 @@ pub fn quantize_qd8(row: &[f32], out: &mut [i8]) -> Qd8Params {
     }
 }
 
-/// Everything `xnn_create_fully_connected_nc_qd8_f32_qc8w` takes.
-#[derive(Debug, Clone, Copy)]
-pub struct FullyConnectedQd8F32Qc8wDesc<'a> {
-    /// K: values per input row (at most 65,536: see [`FullyConnectedQd8F32Qc8w`]).
-    pub input_channels: usize,
-    /// N: values per output row.
-    pub output_channels: usize,
-    /// Distance between input rows, in floats (≥ `input_channels`).
-    pub input_stride: usize,
-    /// Distance between output rows, in floats (≥ `output_channels`).
-    pub output_stride: usize,
-    /// `N` positive finite scales, one per output channel (`kernel_scale`).
-    pub weight_scales: &'a [f32],
-    /// `N × K` int8 weights `[output][input]`, or `K × N` when `transposed_weights`.
-    pub weights: &'a [i8],
-    /// `N` floats, or none (zero bias).
-    pub bias: Option<&'a [f32]>,
-    /// Lower output bound (`-inf` for none).
-    pub output_min: f32,
-    /// Upper output bound (`+inf` for none).
-    pub output_max: f32,
-    /// Weights are `[input][output]`.
-    pub transposed_weights: bool,
-    /// The instruction set; `None` is the environment's or the best with an int8 kernel.
-    pub isa: Option<DotIsa>,
-    /// Transparent huge pages under the packed weights (the default); see
-    /// `with_huge_pages`.
-    pub huge_pages: bool,
-}
-
-impl<'a> FullyConnectedQd8F32Qc8wDesc<'a> {
-    /// `input_channels` → `output_channels` with `[output][input]` int8 weights and their
-    /// per-channel scales, dense rows, no bias, no clamp.
-    pub fn new(
-        input_channels: usize,
-        output_channels: usize,
-        weights: &'a [i8],
-        weight_scales: &'a [f32],
-    ) -> Self {
-        FullyConnectedQd8F32Qc8wDesc {
-            input_channels,
-            output_channels,
-            input_stride: input_channels,
-            output_stride: output_channels,
-            weight_scales,
-            weights,
-            bias: None,
-            output_min: f32::NEG_INFINITY,
-            output_max: f32::INFINITY,
-            transposed_weights: false,
-            isa: None,
-            huge_pages: true,
-        }
-    }
-
-    desc_builders!(lowp);
-}
+/// Everything `xnn_create_fully_connected_nc_qd8_f32_qc8w` takes: int8 weights with one
+/// positive finite scale per output channel; K at most 65,536 (see
+/// [`FullyConnectedQd8F32Qc8w`]).
+pub type FullyConnectedQd8F32Qc8wDesc<'a> = FcDesc<'a, Qd8F32Qc8w>;
 
 /// The dynamically quantized int8 fully-connected operator:
 /// `y[m][n] = clamp(sₘ · wsₙ · Σₖ (q[m][k] - zₘ) · W[n][k] + b[n], min, max)`, where row `m`
@@ -116,50 +61,14 @@ impl<'a> FullyConnectedQd8F32Qc8wDesc<'a> {
 /// Quantized activations need scratch: like XNNPACK's workspace, the caller provides it
 /// ([`workspace_size`](Self::workspace_size) bytes for a batch, any alignment) and `run`
 /// allocates nothing. One workspace per concurrent run.
-#[derive(Debug)]
-pub struct FullyConnectedQd8F32Qc8w {
-    core: Core,
-}
+pub type FullyConnectedQd8F32Qc8w = FcLowp<Qd8F32Qc8w>;
 
-impl FullyConnectedQd8F32Qc8w {
-    /// Allocations one `create` makes from the table (the packed weights, scales, column
-    /// sums and bias).
-    pub const CREATE_ALLOCATIONS: usize = 1;
-
-    /// Creates the operator through the table captured by [`initialize`](crate::initialize).
-    pub fn create(desc: &FullyConnectedQd8F32Qc8wDesc<'_>) -> Result<Self, KernelError> {
-        Self::create_with_table(init::captured()?, desc)
-    }
-
-    /// Creates the operator through `table` (same contract as
-    /// [`FullyConnected::create_with_table`](crate::FullyConnected::create_with_table)).
-    pub fn create_with_table(
-        table: &'static AllocatorTable,
-        desc: &FullyConnectedQd8F32Qc8wDesc<'_>,
-    ) -> Result<Self, KernelError> {
-        let common = desc.common(Some(desc.weight_scales));
-        let core = Core::create(table, Kind::Qd8F32Qc8w, &common, |dst, nr| {
-            lowp::pack_qd8(
-                dst,
-                nr,
-                desc.input_channels,
-                desc.output_channels,
-                desc.weights,
-                desc.weight_scales,
-                desc.transposed_weights,
-                desc.bias,
-            )
-        })?;
-        Ok(FullyConnectedQd8F32Qc8w { core })
-    }
-
-    core_accessors!("Bytes of packed weights, scales, column sums and bias held from the table.");
-
+impl FcLowp<Qd8F32Qc8w> {
     /// Bytes between quantized rows in the workspace: K rounded up to an odd number of
     /// cache lines, so the rows of a tile (read together, 4 bytes each per step) fall in
     /// different L1 sets instead of all in one when K is a multiple of 4 KiB.
     fn row_bytes(&self) -> usize {
-        let lines = self.core.k.div_ceil(ALIGNMENT);
+        let lines = self.core.geometry.k.div_ceil(ALIGNMENT);
         (lines | 1) * ALIGNMENT
     }
 
@@ -219,7 +128,8 @@ impl FullyConnectedQd8F32Qc8w {
         pool: Option<&dyn Parallel>,
     ) -> Result<(), KernelError> {
         let c = &self.core;
-        if !c.check_run(batch, input.len(), output.len())? {
+        let g = &c.geometry;
+        if !g.check_run(batch, input.len(), output.len())? {
             return Ok(());
         }
         let needed = self.workspace_size(batch)?;
@@ -247,9 +157,9 @@ impl FullyConnectedQd8F32Qc8w {
                 quant::rows(
                     c.isa,
                     batch,
-                    c.k,
+                    g.k,
                     input.as_ptr(),
-                    c.input_stride,
+                    g.input_stride,
                     a,
                     lda,
                     rows,
@@ -260,22 +170,22 @@ impl FullyConnectedQd8F32Qc8w {
             kind: Kind::Qd8F32Qc8w,
             isa: c.isa,
             m: batch,
-            k: c.k,
-            n: c.n,
+            k: g.k,
+            n: g.n,
             a,
             lda,
             packed: c.packed.as_byte_ptr(),
             c: output.as_mut_ptr(),
-            ldc: c.output_stride,
-            min: c.min,
-            max: c.max,
+            ldc: g.output_stride,
+            min: g.min,
+            max: g.max,
             rows,
             x: if deferred {
                 input.as_ptr()
             } else {
                 core::ptr::null()
             },
-            ldx: c.input_stride,
+            ldx: g.input_stride,
         };
         // SAFETY: the quantized rows (K bytes padded with zeros to a multiple of 4) and their parameters were just written, or the driver writes them from `x` (the same workspace parts, writable); the output holds `batch` rows (checked); the block was packed for (kind, isa) by `create`.
         unsafe { c.execute(&job, pool) }

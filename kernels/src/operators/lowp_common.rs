@@ -1,10 +1,15 @@
-//! What the three low-precision operators share: validation in the f32 operator's order,
-//! the packed block from the table, and the checks of a run.
+//! The three low-precision operators, one generic type: the packed block from the table
+//! (validated by the descriptor), and the runs whose kernels read the input as given.
+
+use core::marker::PhantomData;
 
 use keepalloc_allocators::AllocatorTable;
 
+use super::desc::{FcDesc, Geometry};
+use super::kind::{LowpKind, Unquantized};
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
+use crate::init;
 use crate::lowp::{DotIsa, Job, Kind, choose, shape};
 use crate::pool::Parallel;
 
@@ -16,123 +21,46 @@ pub(crate) const QD8_MAX_K: usize = 65_536;
 /// more than a tile step can read past the last panel's K.
 const AMX_QD8_SLACK: usize = 16 * 256;
 
-/// The descriptor fields every kind has, borrowed from its descriptor.
-pub(crate) struct Common<'a> {
-    pub k: usize,
-    pub n: usize,
-    pub input_stride: usize,
-    pub output_stride: usize,
-    pub weights_len: usize,
-    pub bias: Option<&'a [f32]>,
-    pub scales: Option<&'a [f32]>,
-    pub min: f32,
-    pub max: f32,
-    pub isa: Option<DotIsa>,
-    pub huge_pages: bool,
-}
-
 /// An operator's packed weights and geometry.
 pub(crate) struct Core {
     pub packed: TableBuf,
     pub kind: Kind,
     pub isa: DotIsa,
-    pub k: usize,
-    pub n: usize,
-    pub input_stride: usize,
-    pub output_stride: usize,
-    pub min: f32,
-    pub max: f32,
+    pub geometry: Geometry,
 }
 
 impl core::fmt::Debug for Core {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct(self.kind.name())
-            .field("isa", &self.isa)
-            .field("input_channels", &self.k)
-            .field("output_channels", &self.n)
-            .field("input_stride", &self.input_stride)
-            .field("output_stride", &self.output_stride)
-            .field("output_min", &self.min)
-            .field("output_max", &self.max)
+        self.geometry
+            .debug(f, self.kind.name(), &self.isa)
             .field("packed_bytes", &self.packed.bytes())
             .finish()
     }
 }
 
 impl Core {
-    /// Validates `c` (nothing allocated on error), takes one block from `table` and lets
-    /// `pack(block, nr)` fill it.
-    pub(crate) fn create(
+    /// Validates `desc` (nothing allocated on error), takes one block from `table` and
+    /// packs the weights into it.
+    fn create<K: LowpKind>(
         table: &'static AllocatorTable,
-        kind: Kind,
-        c: &Common<'_>,
-        pack: impl FnOnce(&mut [u8], usize),
+        desc: &FcDesc<'_, K>,
     ) -> Result<Core, KernelError> {
         if !table.is_complete() {
             return Err(KernelError::InvalidTable);
         }
-        let isa = choose(kind, c.isa)?;
-        let (k, n) = (c.k, c.n);
-        let bad_channels = KernelError::InvalidChannels {
-            input_channels: k,
-            output_channels: n,
+        let kind = K::TAG.0;
+        let isa = choose(kind, desc.isa)?;
+        let (k, n) = (desc.input_channels, desc.output_channels);
+        let max_k = if kind == Kind::Qd8F32Qc8w {
+            QD8_MAX_K
+        } else {
+            usize::MAX
         };
-        if k == 0 || n == 0 || (kind == Kind::Qd8F32Qc8w && k > QD8_MAX_K) {
-            return Err(bad_channels);
-        }
         let nr = shape(kind, isa).nr;
         let bytes = crate::lowp::panel_bytes_checked(kind, nr, k)
             .and_then(|p| p.checked_mul(n.div_ceil(nr)))
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(bad_channels)?;
-        let weights_len = k.checked_mul(n).ok_or(bad_channels)?;
-        if c.input_stride < k {
-            return Err(KernelError::InvalidStride {
-                which: "input",
-                stride: c.input_stride,
-                channels: k,
-            });
-        }
-        if c.output_stride < n {
-            return Err(KernelError::InvalidStride {
-                which: "output",
-                stride: c.output_stride,
-                channels: n,
-            });
-        }
-        if c.weights_len != weights_len {
-            return Err(KernelError::WeightsLength {
-                expected: weights_len,
-                actual: c.weights_len,
-            });
-        }
-        if let Some(bias) = c.bias
-            && bias.len() != n
-        {
-            return Err(KernelError::BiasLength {
-                expected: n,
-                actual: bias.len(),
-            });
-        }
-        if let Some(scales) = c.scales {
-            if scales.len() != n {
-                return Err(KernelError::ScalesLength {
-                    expected: n,
-                    actual: scales.len(),
-                });
-            }
-            if let Some((channel, &scale)) = scales
-                .iter()
-                .enumerate()
-                .find(|(_, s)| !(s.is_finite() && **s > 0.0))
-            {
-                return Err(KernelError::InvalidScale { channel, scale });
-            }
-        }
-        let (min, max) = (c.min, c.max);
-        if min.is_nan() || max.is_nan() || min > max {
-            return Err(KernelError::InvalidRange { min, max });
-        }
+            .filter(|&b| b <= isize::MAX as usize);
+        let (geometry, bytes) = desc.validate(max_k, bytes)?;
         // qd8 on AMX reads whole 16-word tile steps: up to 15 word rows (of 256 bytes) past
         // the last panel's K, against zeroed activation bytes (see `blocked::qd8_with`).
         let slack = if kind == Kind::Qd8F32Qc8w && isa == DotIsa::Amx {
@@ -143,56 +71,19 @@ impl Core {
         let total = bytes
             .checked_add(slack)
             .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(bad_channels)?;
-        let mut packed = TableBuf::zeroed(table, total / size_of::<f32>(), c.huge_pages)?;
+            .ok_or(KernelError::InvalidChannels {
+                input_channels: k,
+                output_channels: n,
+            })?;
+        let mut packed = TableBuf::zeroed(table, total / size_of::<f32>(), desc.huge_pages)?;
         debug_assert_eq!(packed.bytes(), total);
-        pack(&mut packed.as_bytes_mut()[..bytes], nr);
+        K::pack(desc, &mut packed.as_bytes_mut()[..bytes], nr);
         Ok(Core {
             packed,
             kind,
             isa,
-            k,
-            n,
-            input_stride: c.input_stride,
-            output_stride: c.output_stride,
-            min,
-            max,
+            geometry,
         })
-    }
-
-    /// Checks a run's slices: `Ok(false)` for an empty batch (nothing to do).
-    pub(crate) fn check_run(
-        &self,
-        batch: usize,
-        input_len: usize,
-        output_len: usize,
-    ) -> Result<bool, KernelError> {
-        if batch == 0 {
-            return Ok(false);
-        }
-        let needed = |stride: usize, channels: usize| {
-            (batch - 1)
-                .checked_mul(stride)
-                .and_then(|v| v.checked_add(channels))
-                .ok_or(KernelError::BatchOverflow { batch })
-        };
-        let need_in = needed(self.input_stride, self.k)?;
-        let need_out = needed(self.output_stride, self.n)?;
-        if input_len < need_in {
-            return Err(KernelError::BufferTooShort {
-                which: "input",
-                needed: need_in,
-                actual: input_len,
-            });
-        }
-        if output_len < need_out {
-            return Err(KernelError::BufferTooShort {
-                which: "output",
-                needed: need_out,
-                actual: output_len,
-            });
-        }
-        Ok(true)
     }
 }
 
@@ -229,7 +120,7 @@ impl Core {
             size_of::<T>(),
             if self.kind == Kind::Bf16F32 { 2 } else { 4 }
         );
-        if !self.check_run(batch, input.len(), output.len())? {
+        if !self.geometry.check_run(batch, input.len(), output.len())? {
             return Ok(());
         }
         let job = self.job(batch, input, output);
@@ -240,19 +131,20 @@ impl Core {
     /// The job of a run whose activations the kernels read as given (bf16, f32): `batch`
     /// rows of `input` into `output`, no quantized rows. The caller checked the run.
     pub(crate) fn job<T>(&self, batch: usize, input: &[T], output: &mut [f32]) -> Job {
+        let g = &self.geometry;
         Job {
             kind: self.kind,
             isa: self.isa,
             m: batch,
-            k: self.k,
-            n: self.n,
+            k: g.k,
+            n: g.n,
             a: input.as_ptr().cast(),
-            lda: self.input_stride * size_of::<T>(),
+            lda: g.input_stride * size_of::<T>(),
             packed: self.packed.as_byte_ptr(),
             c: output.as_mut_ptr(),
-            ldc: self.output_stride,
-            min: self.min,
-            max: self.max,
+            ldc: g.output_stride,
+            min: g.min,
+            max: g.max,
             rows: core::ptr::null(),
             x: core::ptr::null(),
             ldx: 0,
@@ -260,29 +152,99 @@ impl Core {
     }
 }
 
-/// The accessors every low-precision operator has, over its `core`; the argument is the
-/// doc line of `packed_bytes` (what the block holds differs by kind).
-macro_rules! core_accessors {
-    ($packed_doc:literal) => {
-        /// The instruction set whose kernels this operator runs.
-        pub fn isa(&self) -> DotIsa {
-            self.core.isa
-        }
-
-        /// K.
-        pub fn input_channels(&self) -> usize {
-            self.core.k
-        }
-
-        /// N.
-        pub fn output_channels(&self) -> usize {
-            self.core.n
-        }
-
-        #[doc = $packed_doc]
-        pub fn packed_bytes(&self) -> usize {
-            self.core.packed.bytes()
-        }
-    };
+/// A low-precision fully-connected operator of kind `K`, named per kind as
+/// [`FullyConnectedBf16F32`](crate::FullyConnectedBf16F32),
+/// [`FullyConnectedQd8F32Qc8w`](crate::FullyConnectedQd8F32Qc8w) and
+/// [`FullyConnectedF32Qc8w`](crate::FullyConnectedF32Qc8w).
+///
+/// Lifecycle as the f32 operator's: [`create`](Self::create) validates and packs (exactly
+/// [`Self::CREATE_ALLOCATIONS`] call to the table), `run` allocates nothing and runs on the
+/// calling thread, drop frees the block through the table.
+pub struct FcLowp<K: LowpKind> {
+    pub(crate) core: Core,
+    kind: PhantomData<K>,
 }
-pub(crate) use core_accessors;
+
+impl<K: LowpKind> core::fmt::Debug for FcLowp<K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl<K: LowpKind> FcLowp<K> {
+    /// Allocations one `create` makes from the table: the one block of packed weights and
+    /// bias (and the int8 kinds' scales, and qd8's column sums).
+    pub const CREATE_ALLOCATIONS: usize = 1;
+
+    /// Creates the operator through the table captured by [`initialize`](crate::initialize).
+    pub fn create(desc: &FcDesc<'_, K>) -> Result<Self, KernelError> {
+        Self::create_with_table(init::captured()?, desc)
+    }
+
+    /// Creates the operator through `table` (same contract as
+    /// [`FullyConnected::create_with_table`](crate::FullyConnected::create_with_table)).
+    pub fn create_with_table(
+        table: &'static AllocatorTable,
+        desc: &FcDesc<'_, K>,
+    ) -> Result<Self, KernelError> {
+        Ok(FcLowp {
+            core: Core::create(table, desc)?,
+            kind: PhantomData,
+        })
+    }
+
+    /// The instruction set whose kernels this operator runs.
+    pub fn isa(&self) -> DotIsa {
+        self.core.isa
+    }
+
+    /// K.
+    pub fn input_channels(&self) -> usize {
+        self.core.geometry.k
+    }
+
+    /// N.
+    pub fn output_channels(&self) -> usize {
+        self.core.geometry.n
+    }
+
+    /// Bytes of the packed block held from the table.
+    pub fn packed_bytes(&self) -> usize {
+        self.core.packed.bytes()
+    }
+}
+
+impl<K: Unquantized> FcLowp<K> {
+    /// Computes `batch` rows (input rows `input_stride` apart, f32 output rows
+    /// `output_stride` apart; only the first `output_channels` of each are written). A batch
+    /// of 0 does nothing. Never allocates.
+    pub fn run(
+        &self,
+        batch: usize,
+        input: &[K::Input],
+        output: &mut [f32],
+    ) -> Result<(), KernelError> {
+        self.core.run_plain(batch, input, output, None)
+    }
+
+    /// [`run`](Self::run) on `pool`, a [`ThreadPool`](crate::ThreadPool) or a runtime's own
+    /// [`Parallel`] implementation, with as many threads as it has: the output panels (or,
+    /// for a tall batch, its rows in units of 32) are shared out, and the result is
+    /// bit-identical to a one-thread run. Never allocates. A pool that skips tasks gets
+    /// [`KernelError::ParallelIncomplete`].
+    pub fn run_in(
+        &self,
+        pool: &dyn Parallel,
+        batch: usize,
+        input: &[K::Input],
+        output: &mut [f32],
+    ) -> Result<(), KernelError> {
+        self.core.run_plain(batch, input, output, Some(pool))
+    }
+}
+
+// Compile-time proof that operators can be shared across threads.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<FcLowp<super::kind::Bf16F32>>();
+};
