@@ -3,6 +3,7 @@
 //! Compiled on every target, so the shape table stays whole where an ISA's kernels are
 //! not built.
 
+use super::Tile;
 use crate::isa::Isa;
 
 /// The tile of one ISA's microkernel.
@@ -11,6 +12,38 @@ pub(crate) trait Kernel {
     const MR: usize;
     /// Columns per panel: the packing's NR.
     const NR: usize;
+}
+
+/// A kernel whose tile body is generic over its row count.
+pub(crate) trait Rows: Kernel {
+    /// One tile of exactly `MR` rows (1 to 8).
+    ///
+    /// # Safety
+    /// `t` describes valid buffers (see `gemm::run`) with `MR` rows, and the CPU has the
+    /// kernel's ISA.
+    unsafe fn rows<const MR: usize>(t: &Tile);
+}
+
+/// Runs a tile of `mr` rows (1 to `K::MR`) on K's body for exactly that many rows.
+///
+/// # Safety
+/// As [`Rows::rows`] with `mr` rows.
+#[inline(always)]
+pub(crate) unsafe fn tile<K: Rows>(mr: usize, t: &Tile) {
+    const { assert!(K::MR <= 8) };
+    // SAFETY: forwarded; the arms past K::MR are never taken.
+    unsafe {
+        match mr.clamp(1, K::MR) {
+            1 => K::rows::<1>(t),
+            2 => K::rows::<2>(t),
+            3 => K::rows::<3>(t),
+            4 => K::rows::<4>(t),
+            5 => K::rows::<5>(t),
+            6 => K::rows::<6>(t),
+            7 => K::rows::<7>(t),
+            _ => K::rows::<8>(t),
+        }
+    }
 }
 
 /// AVX-512F: 8 × 32 (16 zmm accumulators).

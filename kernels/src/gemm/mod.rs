@@ -41,6 +41,8 @@ pub(crate) mod kernel;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod simd;
 
 /// One microkernel call: `C[0..mr][0..nvalid] (=|+=) A(mr × kc) · B(kc × NR)`.
 #[derive(Clone, Copy)]
@@ -153,10 +155,10 @@ unsafe fn tile(isa: Isa, mr: usize, t: &Tile) {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => avx512::tile(mr, t),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => avx2::tile(mr, t),
+            Isa::Avx2 => kernel::tile::<kernel::Avx2>(mr, t),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => neon::tile(mr, t),
-            _ => scalar::tile(mr, t),
+            Isa::Neon => kernel::tile::<kernel::Neon>(mr, t),
+            _ => kernel::tile::<kernel::Scalar>(mr, t),
         }
     }
 }

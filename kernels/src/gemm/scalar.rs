@@ -4,7 +4,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::Tile;
-use super::kernel::{self, Kernel};
+use super::kernel::{self, Kernel, Rows};
 
 const NR: usize = <kernel::Scalar as Kernel>::NR;
 
@@ -15,22 +15,16 @@ pub(super) fn clamp(v: f32, min: f32, max: f32) -> f32 {
     if v > max { max } else { v }
 }
 
-/// # Safety
-/// `t` describes valid buffers (see `gemm::run`), `mr <= 4`.
-pub(super) unsafe fn tile(mr: usize, t: &Tile) {
-    // SAFETY: forwarded.
-    unsafe {
-        match mr {
-            1 => tile_n::<1>(t),
-            2 => tile_n::<2>(t),
-            3 => tile_n::<3>(t),
-            _ => tile_n::<4>(t),
-        }
+impl Rows for kernel::Scalar {
+    #[inline(always)]
+    unsafe fn rows<const MR: usize>(t: &Tile) {
+        // SAFETY: forwarded.
+        unsafe { tile_n::<MR>(t) }
     }
 }
 
 /// # Safety
-/// As [`tile`], with `MR` rows.
+/// `t` describes valid buffers (see `gemm::run`) with `MR` rows.
 unsafe fn tile_n<const MR: usize>(t: &Tile) {
     let mut acc = [[0.0f32; NR]; MR];
     for (r, row) in acc.iter_mut().enumerate() {

@@ -1,0 +1,152 @@
+//! The tile and GEMV bodies of the kernels that hold a panel row in two vectors (AVX2:
+//! 2 × 8 floats, NEON: 2 × 4), written once over the few operations they differ in. The
+//! operations and bodies are `#[inline(always)]` and each ISA's `#[target_feature]` entry
+//! calls a body, so the body compiles inside that entry, with its features.
+
+use super::Tile;
+use super::edge::EdgeTile;
+use super::kernel::Kernel;
+
+/// One ISA's vector operations, each a single instruction (or a load folded into one).
+///
+/// # Safety
+/// Every method needs the ISA's target features: call them only from a function compiled
+/// with them.
+pub(super) unsafe trait TwoVectors: Kernel {
+    /// A vector of `NR / 2` floats.
+    type V: Copy;
+    /// An A value as the FMA takes it: a broadcast vector, or the float itself.
+    type A: Copy;
+
+    /// All lanes `x`.
+    unsafe fn splat(x: f32) -> Self::V;
+    /// Loads a vector from 64-byte aligned `p` (B panels, biases).
+    unsafe fn load(p: *const f32) -> Self::V;
+    /// Loads a vector from `p`, any alignment (C).
+    unsafe fn loadu(p: *const f32) -> Self::V;
+    /// Stores `v` at `p`, any alignment.
+    unsafe fn storeu(p: *mut f32, v: Self::V);
+    /// The A value at `p`, ready for [`fma`](Self::fma).
+    unsafe fn a(p: *const f32) -> Self::A;
+    /// `acc + a · b`, fused.
+    unsafe fn fma(acc: Self::V, a: Self::A, b: Self::V) -> Self::V;
+    /// `x + y`.
+    unsafe fn add(x: Self::V, y: Self::V) -> Self::V;
+    /// `min(hi, max(lo, v))`, a NaN `v` passing through.
+    unsafe fn clamp(v: Self::V, lo: Self::V, hi: Self::V) -> Self::V;
+}
+
+/// A tile of exactly `MR` rows: full tiles read and write C in place, edge tiles a local
+/// copy (`EdgeTile`).
+///
+/// # Safety
+/// `t` describes valid buffers (see `gemm::run`) with `MR` rows, `NR` is `S::NR`, and the
+/// caller is compiled with `S`'s target features.
+#[inline(always)]
+pub(super) unsafe fn tile<S: TwoVectors, const NR: usize, const MR: usize>(t: &Tile) {
+    const { assert!(NR == S::NR && NR.is_multiple_of(2)) };
+    let half = NR / 2;
+    let mut edge = EdgeTile::<NR, MR>::new();
+    // Whole body: B has kc rows of NR floats (64-byte aligned); packed A has kc * MR
+    // floats; `c` is either the caller's full C tile or the local edge tile, MR rows of
+    // NR columns at stride `ldc`.
+    // SAFETY: every access stays inside the tiles described above; features on (caller).
+    unsafe {
+        let (c, ldc) = edge.begin(t, MR);
+        let mut acc = [[S::splat(0.0); 2]; MR];
+        if t.bias.is_null() {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                acc[0] = S::loadu(c.add(r * ldc));
+                acc[1] = S::loadu(c.add(r * ldc + half));
+            }
+        } else {
+            let b0 = S::load(t.bias);
+            let b1 = S::load(t.bias.add(half));
+            for acc in acc.iter_mut() {
+                *acc = [b0, b1];
+            }
+        }
+        let mut a = t.a;
+        let mut b = t.b;
+        for _ in 0..t.kc {
+            let b0 = S::load(b);
+            let b1 = S::load(b.add(half));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = S::a(a.add(r));
+                acc[0] = S::fma(acc[0], av, b0);
+                acc[1] = S::fma(acc[1], av, b1);
+            }
+            a = a.add(MR);
+            b = b.add(NR);
+        }
+        if t.clamp {
+            let lo = S::splat(t.min);
+            let hi = S::splat(t.max);
+            for acc in acc.iter_mut() {
+                for v in acc.iter_mut() {
+                    *v = S::clamp(*v, lo, hi);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            S::storeu(c.add(r * ldc), acc[0]);
+            S::storeu(c.add(r * ldc + half), acc[1]);
+        }
+        edge.finish(t, MR);
+    }
+}
+
+/// One panel of `y = clamp(x · B + bias)` with eight accumulator chains (four k-phases of
+/// two registers).
+///
+/// # Safety
+/// `panel` is a 64-byte aligned packed panel (NR biases then k × NR weights); `x` has `k`
+/// floats; `y` has `g.nvalid` writable floats; `NR` is `S::NR`; the caller is compiled
+/// with `S`'s target features.
+#[inline(always)]
+pub(super) unsafe fn gemv<S: TwoVectors, const NR: usize>(
+    k: usize,
+    x: *const f32,
+    panel: *const f32,
+    y: *mut f32,
+    g: &Tile,
+) {
+    const { assert!(NR == S::NR && NR.is_multiple_of(2)) };
+    let half = NR / 2;
+    // All loads are within the panel (NR * (k + 1) floats) and x (k floats); the
+    // result goes to a local tile, then nvalid floats of it to y.
+    // SAFETY: every access stays inside the panel, x and the local tile; features on (caller).
+    unsafe {
+        let mut acc = [[S::splat(0.0); 2]; 4];
+        acc[0] = [S::load(panel), S::load(panel.add(half))];
+        let mut b = panel.add(NR);
+        let mut kk = 0;
+        while kk + 4 <= k {
+            for (u, acc) in acc.iter_mut().enumerate() {
+                let xv = S::a(x.add(kk + u));
+                acc[0] = S::fma(acc[0], xv, S::load(b.add(u * NR)));
+                acc[1] = S::fma(acc[1], xv, S::load(b.add(u * NR + half)));
+            }
+            b = b.add(4 * NR);
+            kk += 4;
+        }
+        while kk < k {
+            let xv = S::a(x.add(kk));
+            acc[0][0] = S::fma(acc[0][0], xv, S::load(b));
+            acc[0][1] = S::fma(acc[0][1], xv, S::load(b.add(half)));
+            b = b.add(NR);
+            kk += 1;
+        }
+        let lo = S::splat(g.min);
+        let hi = S::splat(g.max);
+        let mut out = [0.0f32; NR];
+        for (h, acc) in [
+            (0, [acc[0][0], acc[1][0], acc[2][0], acc[3][0]]),
+            (1, [acc[0][1], acc[1][1], acc[2][1], acc[3][1]]),
+        ] {
+            let s = S::add(S::add(acc[0], acc[1]), S::add(acc[2], acc[3]));
+            S::storeu(out.as_mut_ptr().add(half * h), S::clamp(s, lo, hi));
+        }
+        core::ptr::copy_nonoverlapping(out.as_ptr(), y, g.nvalid);
+    }
+}
