@@ -86,30 +86,24 @@ fn check_forced(name: &str) {
 /// The ISA an operator of `kind` created with no ISA in its descriptor runs.
 fn used_isa(case: &LCase, kind: Kind) -> DotIsa {
     use keepalloc_kernels::*;
+    fn isa_of<K: kinds::LowpKind>(d: FcDesc<'_, K>) -> DotIsa {
+        FcLowp::create(&d).unwrap().isa()
+    }
+    let (k, n) = (case.k, case.n);
     match kind {
-        Kind::Bf16F32 => FullyConnectedBf16F32::create(&FullyConnectedBf16F32Desc::new(
-            case.k,
-            case.n,
-            &case.weights_bf16,
-        ))
-        .unwrap()
-        .isa(),
-        Kind::Qd8F32Qc8w => FullyConnectedQd8F32Qc8w::create(&FullyConnectedQd8F32Qc8wDesc::new(
-            case.k,
-            case.n,
+        Kind::Bf16F32 => isa_of(FullyConnectedBf16F32Desc::new(k, n, &case.weights_bf16)),
+        Kind::Qd8F32Qc8w => isa_of(FullyConnectedQd8F32Qc8wDesc::new(
+            k,
+            n,
             &case.weights_i8,
             &case.scales,
-        ))
-        .unwrap()
-        .isa(),
-        Kind::F32Qc8w => FullyConnectedF32Qc8w::create(&FullyConnectedF32Qc8wDesc::new(
-            case.k,
-            case.n,
+        )),
+        Kind::F32Qc8w => isa_of(FullyConnectedF32Qc8wDesc::new(
+            k,
+            n,
             &case.weights_i8,
             &case.scales,
-        ))
-        .unwrap()
-        .isa(),
+        )),
     }
 }
 

@@ -3,12 +3,10 @@
 
 mod common;
 
-use std::alloc::Layout;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
+use common::fail_nth::{CALLS, FAIL_AT, FailNth};
 use common::{Case, Rng};
-use keepalloc_allocators::allocator_api2::alloc::{AllocError, Allocator};
 use keepalloc_allocators::{AllocatorTable, Counting, Limited, System};
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Isa, KernelError};
 
@@ -379,26 +377,8 @@ fn every_allocation_goes_through_the_table_and_comes_back() {
     }
 }
 
-/// Fails the allocation whose 0-based index equals `FAIL_AT` (usize::MAX: none).
-struct FailNth;
-static FAIL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-static CALLS: AtomicUsize = AtomicUsize::new(0);
 static FAIL_COUNTED: Counting<FailNth> = Counting::new(FailNth);
 static FAIL_TABLE: AllocatorTable = AllocatorTable::for_allocator(&FAIL_COUNTED);
-
-// SAFETY: forwards to `System`, or refuses.
-unsafe impl Allocator for FailNth {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        if CALLS.fetch_add(1, Ordering::SeqCst) == FAIL_AT.load(Ordering::SeqCst) {
-            return Err(AllocError);
-        }
-        System.allocate(layout)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        // SAFETY: the block came from `System.allocate` above.
-        unsafe { System.deallocate(ptr, layout) }
-    }
-}
 
 #[test]
 fn each_allocation_site_failing_in_turn_is_a_clean_out_of_memory() {

@@ -3,9 +3,10 @@
 //! whose creation, runs and drop are all measured). A counting `#[global_allocator]` needs a
 //! process of its own.
 
+use std::fmt::Arguments;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use keepalloc_allocators::{AllocatorTable, AsGlobal, Counting, System};
+use keepalloc_allocators::{AllocatorTable, AsGlobal, Counting, CountingStats, System};
 use keepalloc_kernels::{
     DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
@@ -34,25 +35,18 @@ fn main() {
                 .with_bias(&bias)
                 .transposed()
                 .with_isa(isa);
-            let global_before = GLOBAL.0.stats();
-            let table_before = BACKEND.stats();
+            let before = (GLOBAL.0.stats(), BACKEND.stats());
 
             let op = FullyConnected::create(&desc).unwrap();
             op.run(batch, &input, &mut output).unwrap();
             op.run(batch, &input, &mut output).unwrap();
             drop(op);
 
-            let global_after = GLOBAL.0.stats();
-            let table_after = BACKEND.stats();
-            assert_eq!(
-                global_after.allocations, global_before.allocations,
-                "{isa} batch {batch}: the global allocator was used"
+            assert_only_table(
+                &before,
+                FullyConnected::CREATE_ALLOCATIONS as u64,
+                format_args!("{isa} batch {batch}"),
             );
-            assert_eq!(
-                table_after.allocations - table_before.allocations,
-                FullyConnected::CREATE_ALLOCATIONS as u64
-            );
-            assert_eq!(table_after.live_bytes, table_before.live_bytes);
             println!("global_alloc: {isa} batch {batch}: 0 global allocations, 1 table allocation");
         }
     }
@@ -75,8 +69,7 @@ fn threads(weights: &[f32], bias: &[f32]) {
     let input: Vec<f32> = (0..tall * k).map(|i| (i % 5) as f32).collect();
     let mut output = vec![0.0f32; tall * n];
     for isa in Isa::available() {
-        let global_before = GLOBAL.0.stats();
-        let table_before = BACKEND.stats();
+        let before = (GLOBAL.0.stats(), BACKEND.stats());
 
         let desc = FullyConnectedDesc::new(k, n, weights)
             .with_bias(bias)
@@ -91,7 +84,7 @@ fn threads(weights: &[f32], bias: &[f32]) {
         }
         let pool = ThreadPool::new(3).unwrap();
         assert_eq!(
-            BACKEND.stats().allocations - table_before.allocations,
+            BACKEND.stats().allocations - before.1.allocations,
             FullyConnected::CREATE_ALLOCATIONS as u64 + 1,
             "the pool's state is one table block"
         );
@@ -108,17 +101,11 @@ fn threads(weights: &[f32], bias: &[f32]) {
         drop(pool);
         drop(op);
 
-        let global_after = GLOBAL.0.stats();
-        let table_after = BACKEND.stats();
-        assert_eq!(
-            global_after.allocations, global_before.allocations,
-            "{isa} threads: the global allocator was used"
+        assert_only_table(
+            &before,
+            FullyConnected::CREATE_ALLOCATIONS as u64 + 1,
+            format_args!("{isa} threads"),
         );
-        assert_eq!(
-            table_after.allocations - table_before.allocations,
-            FullyConnected::CREATE_ALLOCATIONS as u64 + 1
-        );
-        assert_eq!(table_after.live_bytes, table_before.live_bytes);
         println!(
             "global_alloc: {isa} threads (process pool of {}, ThreadPool of 3): 0 global allocations",
             process.threads()
@@ -216,23 +203,12 @@ fn low_precision(k: usize, n: usize, m: usize, input: &[f32], bias: &[f32]) {
             if !DotIsa::kernels_for(name).contains(&isa) {
                 continue;
             }
-            let global_before = GLOBAL.0.stats();
-            let table_before = BACKEND.stats();
+            let before = (GLOBAL.0.stats(), BACKEND.stats());
             assert!(
                 run(&mut output, &mut workspace),
                 "{name} {isa}: create failed"
             );
-            let global_after = GLOBAL.0.stats();
-            let table_after = BACKEND.stats();
-            assert_eq!(
-                global_after.allocations, global_before.allocations,
-                "{name} {isa}: the global allocator was used"
-            );
-            assert_eq!(
-                table_after.allocations - table_before.allocations,
-                allocations as u64
-            );
-            assert_eq!(table_after.live_bytes, table_before.live_bytes);
+            assert_only_table(&before, allocations as u64, format_args!("{name} {isa}"));
             println!(
                 "global_alloc: {name} {isa}: 0 global allocations, {allocations} table allocation"
             );
@@ -240,4 +216,17 @@ fn low_precision(k: usize, n: usize, m: usize, input: &[f32], bias: &[f32]) {
         }
     }
     assert!(measured >= 3, "every kind has at least its scalar kernel");
+}
+
+/// Since `before` (the global and the table's stats): no global allocation, `table`
+/// allocations from the table, and every table block given back. `what` is formatted
+/// only after the stats are read, as formatting allocates.
+fn assert_only_table(before: &(CountingStats, CountingStats), table: u64, what: Arguments<'_>) {
+    let (global, tab) = (GLOBAL.0.stats(), BACKEND.stats());
+    assert_eq!(
+        global.allocations, before.0.allocations,
+        "{what}: the global allocator was used"
+    );
+    assert_eq!(tab.allocations - before.1.allocations, table, "{what}");
+    assert_eq!(tab.live_bytes, before.1.live_bytes, "{what}");
 }

@@ -3,34 +3,17 @@
 //! `OutOfMemory` with every block given back, and the next run computes the right answers.
 //! The captured table is process-wide, hence a process of its own.
 
-use std::alloc::Layout;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "common/fail_nth.rs"]
+mod fail_nth;
 
-use keepalloc_allocators::allocator_api2::alloc::{AllocError, Allocator};
-use keepalloc_allocators::{AllocatorTable, Counting, System};
+use std::sync::atomic::Ordering;
+
+use fail_nth::{CALLS, FAIL_AT, FailNth};
+use keepalloc_allocators::{AllocatorTable, Counting};
 use keepalloc_kernels::{KernelError, LOW_PRECISION_ALLOCATIONS, initialize, low_precision_path};
 
-/// Fails the allocation whose 0-based index equals `FAIL_AT` (usize::MAX: none).
-struct FailNth;
-static FAIL_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-static CALLS: AtomicUsize = AtomicUsize::new(0);
 static COUNTED: Counting<FailNth> = Counting::new(FailNth);
 static TABLE: AllocatorTable = AllocatorTable::for_allocator(&COUNTED);
-
-// SAFETY: forwards to `System`, or refuses.
-unsafe impl Allocator for FailNth {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        if CALLS.fetch_add(1, Ordering::SeqCst) == FAIL_AT.load(Ordering::SeqCst) {
-            return Err(AllocError);
-        }
-        System.allocate(layout)
-    }
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        // SAFETY: the block came from `System.allocate` above.
-        unsafe { System.deallocate(ptr, layout) }
-    }
-}
 
 fn main() {
     assert_eq!(low_precision_path(), Err(KernelError::Uninitialized));

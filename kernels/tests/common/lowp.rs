@@ -19,8 +19,9 @@
 //! A clamp is 1-Lipschitz, so the same bound holds after it.
 #![allow(dead_code)]
 
+use keepalloc_kernels::kinds::{LowpKind, Unquantized};
 use keepalloc_kernels::{
-    AllocatorTable, DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc,
+    AllocatorTable, DotIsa, FcDesc, FcLowp, FullyConnectedBf16F32, FullyConnectedBf16F32Desc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
     FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
@@ -316,54 +317,20 @@ impl LCase {
         what: &str,
     ) -> Result<Vec<f32>, keepalloc_kernels::KernelError> {
         let mut out = self.output();
-        let fail = |e: keepalloc_kernels::KernelError| -> ! { panic!("{what}: {e}") };
         match kind {
             Kind::Bf16F32 => {
-                let mut d = FullyConnectedBf16F32Desc::new(self.k, self.n, &self.weights_bf16)
-                    .with_strides(self.input_stride, self.output_stride)
-                    .with_range(self.min, self.max);
-                if let Some(b) = &self.bias {
-                    d = d.with_bias(b);
-                }
-                if self.transposed {
-                    d = d.transposed();
-                }
-                if let Some(isa) = isa {
-                    d = d.with_isa(isa);
-                }
-                let op =
-                    FullyConnectedBf16F32::create_with_table(table, &d).unwrap_or_else(|e| fail(e));
-                if let Some(isa) = isa {
-                    assert_eq!(op.isa(), isa);
-                }
-                match pool {
-                    Some(p) => op.run_in(p, self.m, &self.input_bf16, &mut out)?,
-                    None => op.run(self.m, &self.input_bf16, &mut out)?,
-                }
+                let d = FullyConnectedBf16F32Desc::new(self.k, self.n, &self.weights_bf16);
+                let op = self.create(table, d, isa, what);
+                run_unquantized(&op, pool, self.m, &self.input_bf16, &mut out)?;
             }
             Kind::Qd8F32Qc8w => {
-                let mut d = FullyConnectedQd8F32Qc8wDesc::new(
+                let d = FullyConnectedQd8F32Qc8wDesc::new(
                     self.k,
                     self.n,
                     &self.weights_i8,
                     &self.scales,
-                )
-                .with_strides(self.input_stride, self.output_stride)
-                .with_range(self.min, self.max);
-                if let Some(b) = &self.bias {
-                    d = d.with_bias(b);
-                }
-                if self.transposed {
-                    d = d.transposed();
-                }
-                if let Some(isa) = isa {
-                    d = d.with_isa(isa);
-                }
-                let op = FullyConnectedQd8F32Qc8w::create_with_table(table, &d)
-                    .unwrap_or_else(|e| fail(e));
-                if let Some(isa) = isa {
-                    assert_eq!(op.isa(), isa);
-                }
+                );
+                let op = self.create(table, d, isa, what);
                 // A workspace full of garbage, at an odd address: neither may matter.
                 let size = op.workspace_size(self.m).unwrap();
                 let mut ws = vec![0x5au8; size + 1];
@@ -373,30 +340,54 @@ impl LCase {
                 }
             }
             Kind::F32Qc8w => {
-                let mut d =
-                    FullyConnectedF32Qc8wDesc::new(self.k, self.n, &self.weights_i8, &self.scales)
-                        .with_strides(self.input_stride, self.output_stride)
-                        .with_range(self.min, self.max);
-                if let Some(b) = &self.bias {
-                    d = d.with_bias(b);
-                }
-                if self.transposed {
-                    d = d.transposed();
-                }
-                if let Some(isa) = isa {
-                    d = d.with_isa(isa);
-                }
-                let op =
-                    FullyConnectedF32Qc8w::create_with_table(table, &d).unwrap_or_else(|e| fail(e));
-                if let Some(isa) = isa {
-                    assert_eq!(op.isa(), isa);
-                }
-                match pool {
-                    Some(p) => op.run_in(p, self.m, &self.input, &mut out)?,
-                    None => op.run(self.m, &self.input, &mut out)?,
-                }
+                let d =
+                    FullyConnectedF32Qc8wDesc::new(self.k, self.n, &self.weights_i8, &self.scales);
+                let op = self.create(table, d, isa, what);
+                run_unquantized(&op, pool, self.m, &self.input, &mut out)?;
             }
         }
         Ok(out)
+    }
+
+    /// Creates the operator of `d` with this case's strides, range, bias and layout (and
+    /// `isa`, checked, when given) through `table`.
+    fn create<'a, K: LowpKind>(
+        &'a self,
+        table: &'static AllocatorTable,
+        d: FcDesc<'a, K>,
+        isa: Option<DotIsa>,
+        what: &str,
+    ) -> FcLowp<K> {
+        let mut d = d
+            .with_strides(self.input_stride, self.output_stride)
+            .with_range(self.min, self.max);
+        if let Some(b) = &self.bias {
+            d = d.with_bias(b);
+        }
+        if self.transposed {
+            d = d.transposed();
+        }
+        if let Some(isa) = isa {
+            d = d.with_isa(isa);
+        }
+        let op = FcLowp::create_with_table(table, &d).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if let Some(isa) = isa {
+            assert_eq!(op.isa(), isa);
+        }
+        op
+    }
+}
+
+/// `op.run`, or `op.run_in(pool)` when given.
+fn run_unquantized<K: Unquantized>(
+    op: &FcLowp<K>,
+    pool: Option<&dyn keepalloc_kernels::Parallel>,
+    m: usize,
+    input: &[K::Input],
+    out: &mut [f32],
+) -> Result<(), keepalloc_kernels::KernelError> {
+    match pool {
+        Some(p) => op.run_in(p, m, input, out),
+        None => op.run(m, input, out),
     }
 }

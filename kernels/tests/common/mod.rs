@@ -211,6 +211,7 @@ pub fn without_tail<'a>(
     }
     &out[..end]
 }
+pub mod fail_nth;
 pub mod lowp;
 
 /// A runtime's pool: its own std threads, each task index claimed from a counter.
