@@ -20,7 +20,7 @@ pub const PATH_ALLOCATIONS: usize =
     LAYERS.len() * FullyConnected::CREATE_ALLOCATIONS + LOW_PRECISION_ALLOCATIONS;
 
 /// `n` deterministic values in [-1, 1) from ChaCha8 stream `stream` of a fixed seed.
-fn values(stream: u64, n: usize) -> Vec<f32> {
+pub(crate) fn values(stream: u64, n: usize) -> Vec<f32> {
     use rand::Rng;
     let mut rng = crate::seeds::stream(0x6b61_6c6c, stream);
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()

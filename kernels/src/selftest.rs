@@ -23,7 +23,7 @@ const N: usize = 29;
 const M: usize = 3;
 
 /// Deterministic values in [-1, 1).
-fn values(seed: u64, n: usize) -> Vec<f32> {
+pub(crate) fn values(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {

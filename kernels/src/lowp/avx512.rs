@@ -5,7 +5,7 @@
 //!   of a bf16 pair of A (broadcast) with the pair of W packed for that column. The products
 //!   are exact in f32 (8-bit significands); the sums round as f32 additions (and the
 //!   instruction treats denormal inputs and outputs as zero).
-//! * `qd8` (AVX512-VNNI) runs in the K-blocked driver of `blocked.rs`, which keeps the
+//! * `qd8` (AVX512-VNNI) runs in the K-blocked driver of `blocked/`, which keeps the
 //!   correction rule: A is stored as `u = q + 128` (0..=255), so `Σ u·w = Σ q·w + 128·Σ w`
 //!   and, with `zpu = zero_point + 128`, `Σ (q - zero_point)·w = Σ u·w - zpu·Σ w`: the
 //!   column sums `Σ w` are packed with the weights and the correction is one `vpmulld` +

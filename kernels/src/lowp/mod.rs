@@ -19,7 +19,7 @@
 //!
 //! * `bf16_f32` on AVX-512F (bf16 widened to f32 and FMA, the default on Intel cores where
 //!   `vdpbf16ps` is half-rate) and `qd8_f32_qc8w` on AVX512-VNNI, the compute-bound paths,
-//!   run the K-blocked driver of `blocked.rs`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
+//!   run the K-blocked driver of `blocked/`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
 //!   accumulators, the packed weights streamed once per row chunk, partial sums kept
 //!   between K blocks (see its docs).
 //! * Every other (kind, ISA) runs [`run`]'s driver: N blocks of 256 KiB of packed weights

@@ -34,6 +34,35 @@ fn put_f32(dst: &mut [u8], i: usize, v: f32) {
     dst[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes());
 }
 
+/// Fills the panels of `kind` in `dst` column by column: each column's bias and (for the
+/// int8 kinds) weight scale into the panel's header, then `weights(panel, j, column)` writes
+/// column `j` of the panel (`column` of the matrix).
+#[allow(clippy::too_many_arguments)]
+fn per_column(
+    dst: &mut [u8],
+    kind: Kind,
+    nr: usize,
+    k: usize,
+    n: usize,
+    bias: Option<&[f32]>,
+    scales: Option<&[f32]>,
+    mut weights: impl FnMut(&mut [u8], usize, usize),
+) {
+    let panel = panel_bytes(kind, nr, k);
+    for (p, dst) in dst.chunks_exact_mut(panel).enumerate() {
+        let n0 = p * nr;
+        for j in 0..nr.min(n - n0) {
+            if let Some(bias) = bias {
+                put_f32(dst, j, bias[n0 + j]);
+            }
+            if let Some(scales) = scales {
+                put_f32(dst, nr + j, scales[n0 + j]);
+            }
+            weights(dst, j, n0 + j);
+        }
+    }
+}
+
 /// Packs bf16 weights (raw bits) into `dst` (zeroed, panels of [`panel_bytes`]).
 pub(crate) fn pack_bf16(
     dst: &mut [u8],
@@ -44,24 +73,13 @@ pub(crate) fn pack_bf16(
     transposed: bool,
     bias: Option<&[f32]>,
 ) {
-    let panel = panel_bytes(Kind::Bf16F32, nr, k);
-    for (p, dst) in dst.chunks_exact_mut(panel).enumerate() {
-        let n0 = p * nr;
-        let cols = nr.min(n - n0);
-        if let Some(bias) = bias {
-            for j in 0..cols {
-                put_f32(dst, j, bias[n0 + j]);
-            }
+    per_column(dst, Kind::Bf16F32, nr, k, n, bias, None, |dst, j, col| {
+        for kk in 0..k {
+            let v = at(w, transposed, k, n, col, kk).to_ne_bytes();
+            let o = 4 * nr + 4 * ((kk / 2) * nr + j) + 2 * (kk % 2);
+            dst[o..o + 2].copy_from_slice(&v);
         }
-        let body = &mut dst[4 * nr..];
-        for j in 0..cols {
-            for kk in 0..k {
-                let v = at(w, transposed, k, n, n0 + j, kk).to_ne_bytes();
-                let o = 4 * ((kk / 2) * nr + j) + 2 * (kk % 2);
-                body[o..o + 2].copy_from_slice(&v);
-            }
-        }
-    }
+    });
 }
 
 /// Packs int8 weights with per-channel scales for `qd8_f32_qc8w` into `dst` (zeroed).
@@ -76,24 +94,16 @@ pub(crate) fn pack_qd8(
     transposed: bool,
     bias: Option<&[f32]>,
 ) {
-    let panel = panel_bytes(Kind::Qd8F32Qc8w, nr, k);
-    for (p, dst) in dst.chunks_exact_mut(panel).enumerate() {
-        let n0 = p * nr;
-        let cols = nr.min(n - n0);
-        for j in 0..cols {
-            if let Some(bias) = bias {
-                put_f32(dst, j, bias[n0 + j]);
-            }
-            put_f32(dst, nr + j, scales[n0 + j]);
-            let mut sum = 0i32;
-            for kk in 0..k {
-                let v = at(w, transposed, k, n, n0 + j, kk);
-                sum += i32::from(v);
-                dst[4 * nr * 3 + 4 * ((kk / 4) * nr + j) + kk % 4] = v as u8;
-            }
-            dst[4 * (2 * nr + j)..4 * (2 * nr + j) + 4].copy_from_slice(&sum.to_ne_bytes());
+    let kind = Kind::Qd8F32Qc8w;
+    per_column(dst, kind, nr, k, n, bias, Some(scales), |dst, j, col| {
+        let mut sum = 0i32;
+        for kk in 0..k {
+            let v = at(w, transposed, k, n, col, kk);
+            sum += i32::from(v);
+            dst[4 * nr * 3 + 4 * ((kk / 4) * nr + j) + kk % 4] = v as u8;
         }
-    }
+        dst[4 * (2 * nr + j)..4 * (2 * nr + j) + 4].copy_from_slice(&sum.to_ne_bytes());
+    });
 }
 
 /// Packs int8 weights with per-channel scales for `f32_qc8w` into `dst` (zeroed).
@@ -108,18 +118,10 @@ pub(crate) fn pack_f32_qc8w(
     transposed: bool,
     bias: Option<&[f32]>,
 ) {
-    let panel = panel_bytes(Kind::F32Qc8w, nr, k);
-    for (p, dst) in dst.chunks_exact_mut(panel).enumerate() {
-        let n0 = p * nr;
-        let cols = nr.min(n - n0);
-        for j in 0..cols {
-            if let Some(bias) = bias {
-                put_f32(dst, j, bias[n0 + j]);
-            }
-            put_f32(dst, nr + j, scales[n0 + j]);
-            for kk in 0..k {
-                dst[4 * nr * 2 + kk * nr + j] = at(w, transposed, k, n, n0 + j, kk) as u8;
-            }
+    let kind = Kind::F32Qc8w;
+    per_column(dst, kind, nr, k, n, bias, Some(scales), |dst, j, col| {
+        for kk in 0..k {
+            dst[4 * nr * 2 + kk * nr + j] = at(w, transposed, k, n, col, kk) as u8;
         }
-    }
+    });
 }

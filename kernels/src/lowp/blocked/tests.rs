@@ -1,0 +1,172 @@
+use keepalloc_allocators::{AllocatorTable, System};
+
+use crate::selftest::values;
+use crate::{
+    DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedQd8F32Qc8w,
+    FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32,
+};
+
+static SYSTEM: System = System;
+static TABLE: AllocatorTable = AllocatorTable::for_allocator(&SYSTEM);
+
+#[test]
+fn only_enough_rows_over_a_mebibyte_of_weights_prefetch() {
+    // The rule only changes speed (prefetches never change a result), so the rule
+    // itself is what is pinned.
+    use super::qd8::MR_QD8;
+    use crate::tuning::blocked_prefetches;
+    assert!(!blocked_prefetches(1, 2, 64 << 20), "bf16 batch 1 streams");
+    assert!(blocked_prefetches(2, 2, (1 << 20) + 1));
+    assert!(
+        !blocked_prefetches(2, 2, 1 << 20),
+        "weights that stay in L2"
+    );
+    assert!(
+        !blocked_prefetches(5, MR_QD8, 64 << 20),
+        "qd8 below a full tile streams"
+    );
+    assert!(blocked_prefetches(6, MR_QD8, 2 << 20));
+    assert!(blocked_prefetches(128, MR_QD8, 16 << 20));
+}
+
+#[test]
+fn bf16_row_chunks_and_k_blocks_match_the_f64_reference() {
+    // 100 rows: three chunks of widened A (48, 48, 4); K = 601: three K blocks, the
+    // last with an odd tail; N = 70: an N edge; strided rows.
+    if !DotIsa::Avx512.is_supported() {
+        return;
+    }
+    check_bf16(DotIsa::Avx512, 100, 601, 70, 605, 73);
+}
+
+#[test]
+fn bf16_amx_blocks_edges_and_k_tails_match_the_f64_reference() {
+    // Rows: under one 16-row block, exact 16/32-row blocks, blocks plus AVX-512 rows;
+    // K: under one 32-value step (no AMX), exact steps, steps plus an odd tail; N: full
+    // panels (stored straight to C) and partial ones (through the scratch block);
+    // strided rows.
+    if !DotIsa::Amx.is_supported() {
+        eprintln!("AMX not available here: test skipped");
+        return;
+    }
+    for &(m, k, n, lda, ldc) in &[
+        (15, 100, 70, 100, 70),
+        (16, 32, 32, 32, 32),
+        (17, 64, 40, 70, 41),
+        (32, 31, 64, 31, 64),
+        (32, 601, 70, 605, 73),
+        (50, 1000, 33, 1000, 33),
+        (100, 601, 70, 605, 73),
+    ] {
+        check_bf16(DotIsa::Amx, m, k, n, lda, ldc);
+    }
+}
+
+/// Runs a bf16 operator on `isa` and checks every output against the f64 sum with the
+/// rounding rule's bound: `(K + 2) · ε · Σ|terms|`.
+fn check_bf16(isa: DotIsa, m: usize, k: usize, n: usize, lda: usize, ldc: usize) {
+    let x: Vec<u16> = values(1, m * lda)
+        .iter()
+        .map(|&v| bf16_from_f32(v))
+        .collect();
+    let w: Vec<u16> = values(2, n * k).iter().map(|&v| bf16_from_f32(v)).collect();
+    let bias = values(3, n);
+    let op = FullyConnectedBf16F32::create_with_table(
+        &TABLE,
+        &FullyConnectedBf16F32Desc::new(k, n, &w)
+            .with_bias(&bias)
+            .with_strides(lda, ldc)
+            .with_range(-30.0, 30.0)
+            .with_isa(isa),
+    )
+    .unwrap();
+    let mut y = vec![f32::NAN; (m - 1) * ldc + n];
+    op.run(m, &x, &mut y).unwrap();
+    let eps = f64::from(f32::EPSILON);
+    for r in 0..m {
+        for j in 0..n {
+            let (mut s, mut t) = (f64::from(bias[j]), f64::from(bias[j].abs()));
+            for kk in 0..k {
+                let p =
+                    f64::from(bf16_to_f32(x[r * lda + kk])) * f64::from(bf16_to_f32(w[j * k + kk]));
+                s += p;
+                t += p.abs();
+            }
+            let want = s.clamp(-30.0, 30.0);
+            let got = f64::from(y[r * ldc + j]);
+            assert!(
+                (got - want).abs() <= (k as f64 + 2.0) * eps * t,
+                "{isa} {m}x{k}x{n} row {r} column {j}: {got} against {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn qd8_k_blocks_and_row_chunks_are_bit_identical_to_scalar() {
+    // K = 4500: two K blocks with partial sums on the stack; 140 rows: two row chunks
+    // of at most 128 (the stack partial sums); N = 130: an N edge in the third panel.
+    if !DotIsa::Avx512Vnni.is_supported() {
+        return;
+    }
+    qd8_matches_scalar(DotIsa::Avx512Vnni, 140, 4500, 130);
+}
+
+#[test]
+fn qd8_amx_blocks_edges_and_k_tails_are_bit_identical_to_scalar() {
+    // Rows: under one 16-row block, exact 16/32-row blocks, blocks plus VNNI rows, and
+    // two row chunks (140); K: under one 64-value step (no AMX), exact steps, and steps
+    // whose last one reaches past K (into the next panel, or the slack after the last
+    // one, against zeroed activation bytes: the workspace starts full of garbage); N:
+    // one full panel and an edge.
+    if !DotIsa::Amx.is_supported() {
+        eprintln!("AMX-INT8 not available here: test skipped");
+        return;
+    }
+    for &(m, k, n) in &[
+        (15, 256, 64),
+        (16, 256, 64),
+        (17, 100, 130),
+        (32, 64, 64),
+        (33, 1000, 130),
+        (48, 60, 64),
+        (50, 4500, 130),
+        (140, 257, 70),
+    ] {
+        qd8_matches_scalar(DotIsa::Amx, m, k, n);
+    }
+}
+
+/// Runs a qd8 operator on `isa` and on the scalar kernels, each with a workspace full
+/// of garbage, and requires bit-identical outputs.
+fn qd8_matches_scalar(isa: DotIsa, m: usize, k: usize, n: usize) {
+    let x = values(8 + m as u64, m * k);
+    let w: Vec<i8> = values(9 + k as u64, n * k)
+        .iter()
+        .map(|&v| (v * 127.0) as i8)
+        .collect();
+    let scales: Vec<f32> = values(6, n).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
+    let bias = values(7, n);
+    let run = |isa: DotIsa| {
+        let op = FullyConnectedQd8F32Qc8w::create_with_table(
+            &TABLE,
+            &FullyConnectedQd8F32Qc8wDesc::new(k, n, &w, &scales)
+                .with_bias(&bias)
+                .with_range(-2.0, 3.0)
+                .with_isa(isa),
+        )
+        .unwrap();
+        let mut ws = vec![0xab_u8; op.workspace_size(m).unwrap()];
+        let mut y = vec![f32::NAN; m * n];
+        op.run(m, &x, &mut y, &mut ws).unwrap();
+        y
+    };
+    let (got, scalar) = (run(isa), run(DotIsa::Scalar));
+    for (i, (a, b)) in got.iter().zip(&scalar).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{isa} {m}x{k}x{n} output {i}: {a} against {b}"
+        );
+    }
+}
