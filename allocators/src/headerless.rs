@@ -5,7 +5,7 @@
 use core::ffi::c_void;
 use core::ptr;
 
-use crate::table::{no_unwind, no_unwind_free};
+use crate::no_unwind::{no_unwind, no_unwind_free};
 use crate::{SizelessFree, TABLE_MIN_ALIGN};
 
 /// A headerless `reallocate` keeps alignments up to 2^16 = 64 KiB (see `AllocatorTable`'s

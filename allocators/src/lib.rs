@@ -63,6 +63,7 @@ mod headerless;
 mod limited;
 #[cfg(feature = "mimalloc")]
 mod mimalloc;
+mod no_unwind;
 mod raw;
 mod request;
 mod sizeless;

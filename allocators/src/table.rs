@@ -5,7 +5,6 @@
 use core::alloc::Layout;
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use allocator_api2::alloc::Allocator;
 
@@ -14,6 +13,7 @@ use crate::headerless::{
     sizeless_aligned_alloc, sizeless_aligned_allocate, sizeless_alloc, sizeless_allocate,
     sizeless_deallocate, sizeless_free, sizeless_realloc, sizeless_reallocate,
 };
+use crate::no_unwind::{abort_with, no_unwind, no_unwind_free};
 
 /// `allocate(context, size)`.
 pub type AllocateFn = unsafe extern "C" fn(context: *mut c_void, size: usize) -> *mut c_void;
@@ -363,33 +363,6 @@ impl AllocatorTable {
             // SAFETY: the caller vouches for the table and the pointer.
             unsafe { f(self.context, pointer.cast()) }
         }
-    }
-}
-
-/// Runs `f`, turning a panic into `on_panic` so that none crosses into C.
-#[inline(always)]
-pub(crate) fn no_unwind<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
-}
-
-/// Writes `message` to stderr, ignoring a failed write, and aborts. Not `eprintln!`, which
-/// panics when stderr is closed: inside an `extern "C"` free that panic would abort too, but
-/// without the message, and a panic there is the very thing the abort stands in for.
-#[cold]
-fn abort_with(message: core::fmt::Arguments<'_>) -> ! {
-    use std::io::Write;
-    let _ = std::io::stderr().write_fmt(message);
-    std::process::abort()
-}
-
-/// Runs `f`, aborting with a message if it panics (a free has no status to report, and
-/// unwinding into C is undefined).
-#[inline(always)]
-pub(crate) fn no_unwind_free(pointer: *mut c_void, f: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(f)).is_err() {
-        abort_with(format_args!(
-            "keepalloc: the allocator panicked while freeing {pointer:p}; aborting\n"
-        ));
     }
 }
 

@@ -23,6 +23,7 @@
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
+use std::io::Write as _;
 use std::sync::Mutex;
 
 use allocator_api2::alloc::{AllocError, Allocator};
@@ -64,7 +65,25 @@ fn registration() -> std::sync::MutexGuard<'static, Registration> {
 pub type CBackend = crate::fail::Failable<crate::scribble::Backend<BaseBackend>>;
 
 fn make_backend() -> Result<CBackend, AllocError> {
-    crate::fail::wrap(crate::scribble::wrap(make_base_backend()))
+    let backend = crate::fail::wrap(crate::scribble::wrap(make_base_backend()))?;
+    if backend.wrapper().is_some() {
+        // SAFETY: registers a plain `extern "C"` function with no arguments.
+        unsafe { libc::atexit(report_sites_at_exit) };
+    }
+    Ok(backend)
+}
+
+/// `KEEPALLOC_FAIL`'s report at exit, from the owner [`C_PROVIDER`] built.
+extern "C" fn report_sites_at_exit() {
+    // Never unwind out of an atexit handler.
+    let _ = std::panic::catch_unwind(|| {
+        let Some(owner) = C_PROVIDER.constructed_owner() else {
+            return;
+        };
+        if let Some(s) = owner.allocator().inner().wrapper() {
+            let _ = std::io::stderr().write_all(crate::fail::report(s).as_bytes());
+        }
+    });
 }
 
 fn make_base_backend() -> Result<BaseBackend, AllocError> {

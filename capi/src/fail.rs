@@ -55,36 +55,22 @@ pub fn check_settings() -> Result<(), KeepallocStatus> {
     }
 }
 
-/// Wraps a freshly built backend as `KEEPALLOC_FAIL` says, and arranges the report at exit.
+/// Wraps a freshly built backend as `KEEPALLOC_FAIL` says. The caller, which owns the
+/// provider, arranges the [`report`] at exit when the result records sites.
 pub fn wrap<B: Allocator>(base: Result<B, AllocError>) -> Result<Failable<B>, AllocError> {
     match spec() {
         Ok(None) => base.map(Layered::Plain),
         Ok(Some(spec)) => {
-            let b = base?;
-            let sites = SiteFailing::new(b);
+            let sites = SiteFailing::new(base?);
             sites.arm(*spec);
-            // SAFETY: registers a plain `extern "C"` function with no arguments.
-            unsafe { libc::atexit(report_at_exit) };
             Ok(Layered::Wrapped(sites))
         }
         Err(_) => Err(AllocError),
     }
 }
 
-extern "C" fn report_at_exit() {
-    // Never unwind out of an atexit handler.
-    let _ = std::panic::catch_unwind(|| {
-        let Some(owner) = crate::backend::C_PROVIDER.constructed_owner() else {
-            return;
-        };
-        if let Some(s) = owner.allocator().inner().wrapper() {
-            let _ = std::io::stderr().write_all(report(s).as_bytes());
-        }
-    });
-}
-
 /// The exit report: sites (every one for `list`, the failed ones otherwise) and live blocks.
-fn report<B: Allocator>(s: &SiteFailing<B>) -> String {
+pub fn report<B: Allocator>(s: &SiteFailing<B>) -> String {
     let spec = s.spec();
     let sites = s.sites();
     let calls: u64 = sites.iter().map(|r| r.hits).sum();

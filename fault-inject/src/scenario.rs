@@ -40,8 +40,11 @@ use crate::failing::AllocPlan;
 use crate::init_plan;
 use crate::report::{self, Finding};
 use crate::witness;
-use acquire::{Outcome, library_uses_its_capture, panic_message, race, try_acquire};
-use checks::{check_after, check_all_equal, check_one_owner, record_refused, refused_finding};
+use acquire::{
+    Outcome, library_uses_its_capture, panic_message, race, record_refused, refused_finding,
+    try_acquire,
+};
+use checks::{check_after, check_all_equal, check_one_owner};
 use oom::check_clean_oom;
 
 /// The end of every scenario with a race: all callers got the same allocator (`what` names

@@ -97,7 +97,7 @@ pub use operators::fc_qc8w::{FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc};
 pub use operators::fc_qd8::{
     FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc, Qd8Params, quantize_qd8,
 };
-pub use operators::kind as kinds;
+pub use operators::kinds;
 pub use operators::lowp_common::FcLowp;
 pub use pool::{MAX_POOL_THREADS, Parallel, Sequential, ThreadPool, process_pool};
 pub use pthreadpool::{

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod frame_class;
 mod guard;
 mod hooks;
 mod report;

@@ -109,7 +109,7 @@ impl Stack {
     /// included), `name at file:line`, or the bare address when no symbol is known. The
     /// tail of unknown frames past the program's entry (`0x0 in ??`) is dropped.
     pub fn symbolized(&self) -> Vec<SymbolizedFrame> {
-        use crate::sites::{Class, caller_start, class_of_frame, class_of_name};
+        use crate::frame_class::{Class, caller_start, class_of_frame, class_of_name};
         let frames: Vec<Vec<SymbolizedFrame>> = self
             .frames
             .iter()

@@ -5,8 +5,7 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Barrier;
 
-use super::checks::record_refused;
-use super::{Identity, Subject};
+use super::{Identity, Subject, kind};
 use crate::delay::{Point, delay};
 use crate::init_plan::PlannedPanic;
 use crate::report::{self, Finding};
@@ -147,4 +146,17 @@ pub(super) fn race<S: Subject>(
         }
     }
     ids
+}
+
+/// Records that `what` was refused without an attempt made for it.
+pub(super) fn record_refused(what: &str, why: String) {
+    report::record(refused_finding(what, why));
+}
+
+/// The finding for a caller refused without an attempt made for it.
+pub(super) fn refused_finding(what: &str, why: String) -> Finding {
+    Finding::invariant(
+        kind::NO_RETRY,
+        format!("{what}: a caller failed without any attempt being made for it: {why}"),
+    )
 }

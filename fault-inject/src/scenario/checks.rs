@@ -1,23 +1,12 @@
 //! The judgements the scenarios share: one owner, the same owner for every caller, the one
 //! the library captured, and a library that still works through it.
 
-use super::acquire::{Outcome, try_acquire};
+use super::acquire::{Outcome, record_refused, try_acquire};
 use super::{Identity, MAX_ATTEMPTS, Subject, kind};
 use crate::consumer;
 use crate::report::{self, Finding};
 use crate::violation::{Violation, ViolationKind};
 use crate::witness;
-
-pub(super) fn record_refused(what: &str, why: String) {
-    report::record(refused_finding(what, why));
-}
-
-pub(super) fn refused_finding(what: &str, why: String) -> Finding {
-    Finding::invariant(
-        kind::NO_RETRY,
-        format!("{what}: a caller failed without any attempt being made for it: {why}"),
-    )
-}
 
 /// Records one finding per distinct allocator beyond the first among `ids`: a different
 /// owner is an identity mismatch, the same owner with another serial was rebuilt in place.

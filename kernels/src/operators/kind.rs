@@ -1,13 +1,10 @@
-//! The four fully-connected kinds as types (sealed), the `K` of [`FcDesc`] and [`FcLowp`],
-//! so that one descriptor and one low-precision operator serve them all: a kind names its
-//! weight and ISA types, what its descriptor adds, and, for the low-precision kinds, how
-//! it packs.
+//! The four fully-connected kinds as types (sealed), the `K` of `FcDesc` and `FcLowp`, so
+//! that one descriptor and one low-precision operator serve them all: a kind names its
+//! weight and ISA types and what its descriptor adds (how the low-precision kinds pack:
+//! `lowp_kind.rs`).
 
 use core::fmt::Debug;
 
-use super::desc::FcDesc;
-#[cfg(doc)]
-use super::lowp_common::FcLowp;
 use crate::isa::Isa;
 use crate::lowp::{self, DotIsa, Kind};
 
@@ -42,32 +39,15 @@ impl<'a> WeightScales<'a> for &'a [f32] {
     }
 }
 
-/// A low-precision kind: its operator is an [`FcLowp`].
-pub trait LowpKind: FcKind<Isa = DotIsa, Threads = ()> + sealed::Lowp {
-    /// One activation of the run's input: bf16 bits (`u16`) or `f32`.
-    type Input: Copy;
-}
-
-/// A low-precision kind whose kernels read the activations as given (no workspace).
-pub trait Unquantized: LowpKind {}
-
 pub(crate) mod sealed {
-    use super::{FcDesc, FcKind, Kind};
+    use super::Kind;
 
-    /// A kind's `lowp::Kind`, behind a public name so that the sealed trait can carry it.
+    /// A kind's `lowp::Kind`, behind a public name so that the sealed traits can carry it.
     #[derive(Clone, Copy)]
     pub struct KindTag(pub(crate) Kind);
 
     /// Only this crate's kinds.
     pub trait Sealed {}
-
-    /// What the operator of a low-precision kind needs of it.
-    pub trait Lowp: FcKind {
-        /// The kernels' kind.
-        const TAG: KindTag;
-        /// Packs the descriptor's weights (validated) into `dst`, panels of `nr` columns.
-        fn pack(desc: &FcDesc<'_, Self>, dst: &mut [u8], nr: usize);
-    }
 }
 
 /// `fully_connected_nc_f32`.
@@ -98,26 +78,15 @@ impl FcKind for Bf16F32 {
     type Scales<'a> = ();
     type Threads = ();
 }
-impl LowpKind for Bf16F32 {
-    type Input = u16;
-}
-impl Unquantized for Bf16F32 {}
-impl sealed::Lowp for Bf16F32 {
-    const TAG: sealed::KindTag = sealed::KindTag(Kind::Bf16F32);
-    fn pack(d: &FcDesc<'_, Self>, dst: &mut [u8], nr: usize) {
-        let (k, n) = (d.input_channels, d.output_channels);
-        lowp::pack_bf16(dst, nr, k, n, d.weights, d.transposed_weights, d.bias);
-    }
-}
 
 /// The two int8-weight kinds: `i8` weights with one scale per output channel.
 pub trait Int8Weights: for<'a> FcKind<Weight = i8, Threads = (), Scales<'a> = &'a [f32]> {}
 
 /// The packing of an int8 kind: `(dst, nr, k, n, weights, scales, transposed, bias)`.
-type Int8Pack = fn(&mut [u8], usize, usize, usize, &[i8], &[f32], bool, Option<&[f32]>);
+pub(crate) type Int8Pack = fn(&mut [u8], usize, usize, usize, &[i8], &[f32], bool, Option<&[f32]>);
 
 /// What tells the two int8 kinds apart: their kernels' kind and packing.
-trait Int8Kind: Copy + Debug {
+pub(crate) trait Int8Kind: Copy + Debug {
     const TAG: sealed::KindTag;
     const PACK: Int8Pack;
 }
@@ -139,15 +108,4 @@ impl<K: Int8Kind> FcKind for K {
     type Scales<'a> = &'a [f32];
     type Threads = ();
 }
-impl<K: Int8Kind> LowpKind for K {
-    type Input = f32;
-}
 impl<K: Int8Kind> Int8Weights for K {}
-impl<K: Int8Kind> sealed::Lowp for K {
-    const TAG: sealed::KindTag = K::TAG;
-    fn pack(d: &FcDesc<'_, Self>, dst: &mut [u8], nr: usize) {
-        let (k, n, s) = (d.input_channels, d.output_channels, d.weight_scales);
-        K::PACK(dst, nr, k, n, d.weights, s, d.transposed_weights, d.bias);
-    }
-}
-impl Unquantized for F32Qc8w {}

@@ -6,7 +6,7 @@ use core::marker::PhantomData;
 use keepalloc_allocators::AllocatorTable;
 
 use super::desc::{FcDesc, Geometry};
-use super::kind::{LowpKind, Unquantized};
+use super::lowp_kind::{LowpKind, Unquantized};
 use crate::buffer::TableBuf;
 use crate::error::KernelError;
 use crate::init;

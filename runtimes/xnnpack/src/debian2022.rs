@@ -10,7 +10,7 @@ use crate::ffi::{
     self, CpuinfoInitialize, DeleteOperator, Initialize, Namespace, RunOperator, XnnOperator,
     XnnStatus,
 };
-use crate::library::{Generation, open_library, xnn_entry_points};
+use crate::open::{Generation, open_library, xnn_entry_points};
 
 /// The entry points of an XNNPACK built from Debian's 2022-02-16 `xnnpack.h`
 /// ([`Generation::Debian2022`]), looked up by name; the library is never unloaded, so they

@@ -35,6 +35,7 @@ mod debian2022;
 mod elf;
 pub mod ffi;
 mod library;
+mod open;
 
 use std::path::PathBuf;
 
@@ -47,7 +48,8 @@ pub use elf::{Interposition, interposition};
 pub use ffi::{
     Namespace, XNN_EXTRA_FLOATS, XNN_STATUS_SUCCESS, XNN_STATUS_UNINITIALIZED, XnnStatus,
 };
-pub use library::{Generation, Xnnpack};
+pub use library::Xnnpack;
+pub use open::Generation;
 
 /// What can go wrong loading or initializing XNNPACK.
 #[derive(Debug, thiserror::Error)]

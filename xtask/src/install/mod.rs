@@ -9,7 +9,7 @@
 //!   may break the ABI) and the links `libkeepalloc.so.0.Y` and `libkeepalloc.so`;
 //! * `LIBDIR/libkeepalloc.a`;
 //! * `LIBDIR/libkeepalloc_preload.so` (ExecuTorch's XNNPACK adopted by `LD_PRELOAD`,
-//!   [`crate::preload::install`]);
+//!   [`preload::install`]);
 //! * `LIBDIR/pkgconfig/keepalloc.pc` and `LIBDIR/cmake/keepalloc/keepallocConfig.cmake` +
 //!   `keepallocConfigVersion.cmake` ([`package_files`]), which name `P`, never `D`.
 //!
@@ -20,6 +20,7 @@
 
 mod build;
 mod package_files;
+pub mod preload;
 pub mod test;
 
 use std::fs;
@@ -215,7 +216,7 @@ pub fn install(layout: &Layout, features: Option<&str>) -> Result<Installed, Str
     let archive = lib.join("libkeepalloc.a");
     copy(&built.archive, &archive)?;
     files.push(archive);
-    files.push(crate::preload::install(&lib)?);
+    files.push(preload::install(&lib)?);
 
     for (path, text) in package_files::all(layout, &names, &built.native_static_libs) {
         let to = layout.staged(&path);

@@ -1,6 +1,6 @@
 //! `cargo xtask mutants`: mutation testing of the provider (`keepalloc-provider`), of the C
-//! table (`allocators/src/table.rs`) and of the kernels' worker pool (`kernels/src/pool/`)
-//! with cargo-mutants, scored against a 95% bar.
+//! table (`allocators/src/table.rs` and the files split from it) and of the
+//! kernels' worker pool (`kernels/src/pool/`) with cargo-mutants, scored against a 95% bar.
 //!
 //! # The test command, and how it is run
 //!
@@ -69,13 +69,13 @@ const INSTALL: &str = "cargo install cargo-mutants --version 27.1.0 --locked";
 
 /// `cargo xtask mutants --help`.
 pub const LONG_ABOUT: &str = "\
-Mutation-tests keepalloc-provider, the C table (allocators/src/table.rs) and the kernels'
-worker pool (kernels/src/pool/) with cargo-mutants (--jobs 1). Stage 1: cargo-mutants with
-the crates' tests (for the pool: keepalloc-kernels --lib --test pool). Stage 2, on the
-provider's and the table's stage-1 survivors only: the loom models (mutants of
-cell.rs/sync.rs) and a short keepalloc-only fault campaign
-(`cargo xtask fault-test --variant keepalloc --runs 3`). Prints the survivors, the documented
-equivalent mutants, and finally `mutants: caught C, missed M, timeout T, unviable U`; exits
+Mutation-tests keepalloc-provider, the C table (allocators/src/table.rs, headerless.rs,
+table_allocator.rs, no_unwind.rs) and the kernels' worker pool (kernels/src/pool/) with
+cargo-mutants (--jobs 1). Stage 1: cargo-mutants with the crates' tests (for the pool:
+keepalloc-kernels --lib --test pool). Stage 2, on the provider's and the table's stage-1
+survivors only: the loom models (mutants of cell.rs/sync.rs) and a short keepalloc-only
+fault campaign (`cargo xtask fault-test --variant keepalloc --runs 3`). Prints the survivors,
+the documented equivalent mutants, and finally `mutants: caught C, missed M, timeout T, unviable U`; exits
 non-zero when fewer than 95% of the viable mutants were caught, unless every missed mutant is a
 documented equivalent. Reports go to target/mutants/.";
 

@@ -15,8 +15,8 @@ pub(super) struct Part {
 }
 
 /// The table part is what `table.rs` held before it was split: the header table
-/// (`table.rs`), the headerless one (`headerless.rs`) and `TableAllocator`
-/// (`table_allocator.rs`). `allocators/src/raw.rs` and `request.rs` are not here: they are the
+/// (`table.rs`), the headerless one (`headerless.rs`), `TableAllocator`
+/// (`table_allocator.rs`) and the entry points' panic guards (`no_unwind.rs`). `allocators/src/raw.rs` and `request.rs` are not here: they are the
 /// backends' shape (`RawBackend`, `resize`, the blanket `RequestAllocator` impl), not the
 /// table. cargo-mutants does not mutate the bodies of `unsafe fn`s, so of the header code
 /// only `block_layout` and `no_unwind` get mutants.
@@ -32,6 +32,8 @@ pub(super) const PARTS: [Part; 3] = [
             "allocators/src/headerless.rs",
             "--file",
             "allocators/src/table_allocator.rs",
+            "--file",
+            "allocators/src/no_unwind.rs",
         ],
         test_packages: &["keepalloc-allocators", "keepalloc-provider"],
         test_args: &[],

@@ -2,7 +2,9 @@
 //! ([`Signature`]): which race a control or a pool mutant must show.
 
 use super::pool::{POOL_SOURCE, POOL_TEST};
-use super::tsan::TSAN_WARNING;
+
+/// The marker of a ThreadSanitizer report on stderr.
+pub(super) const TSAN_WARNING: &str = "WARNING: ThreadSanitizer: ";
 
 /// One ThreadSanitizer report, condensed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -61,9 +61,6 @@ Logs of every run that was not clean: target/tsan/logs/.
 /// Exit code ThreadSanitizer is told to use when it reported something.
 pub(super) const TSAN_EXIT: i32 = 66;
 
-/// The marker of a ThreadSanitizer report on stderr.
-pub(super) const TSAN_WARNING: &str = "WARNING: ThreadSanitizer: ";
-
 /// `cargo xtask tsan` options.
 #[derive(clap::Args, Debug)]
 pub struct TsanArgs {

@@ -24,7 +24,7 @@ pub use subgraph::Qd8Subgraph;
 use crate::XnnpackError;
 use crate::ffi::current as c;
 use crate::ffi::{self, DeleteOperator, Namespace, RunOperator, XnnOperator, XnnStatus};
-use crate::library::{Generation, open_library, required, xnn_entry_points};
+use crate::open::{Generation, open_library, required, xnn_entry_points};
 
 /// A current XNNPACK's entry points, each field named after its symbol without `xnn_` (the
 /// library is never unloaded).
