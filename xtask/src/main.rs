@@ -10,6 +10,8 @@ mod c_adoption;
 mod ctest;
 mod fault_explore;
 mod fault_test;
+#[cfg(test)]
+mod house;
 mod install;
 mod loom;
 mod mutants;
