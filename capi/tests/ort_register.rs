@@ -13,7 +13,6 @@
 
 use core::ffi::c_char;
 use core::mem::MaybeUninit;
-use std::sync::Barrier;
 
 use keepalloc_capi::ort::keepalloc_ort_register;
 use keepalloc_capi::{KeepallocHookResult, KeepallocStats, KeepallocStatus, keepalloc_get_stats};
@@ -22,6 +21,7 @@ use keepalloc_onnxruntime::interpose::{refusing_registrations, register_calls};
 use keepalloc_onnxruntime::{
     Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, sample_inputs,
 };
+use keepalloc_testkit::{calls_until, together};
 
 unsafe extern "system" fn get_no_api(_version: u32) -> *const OrtApi {
     core::ptr::null()
@@ -97,26 +97,13 @@ fn register_from_c_retries_a_refused_registration_with_the_same_owner() {
     const REFUSED: u32 = 3;
     let (base, _) = refusing_registrations(ort, REFUSED);
     let base = base as usize;
-    let barrier = Barrier::new(THREADS);
     let env_ptr = env.as_ptr() as usize;
-    let per_thread: Vec<Vec<(KeepallocStatus, KeepallocHookResult)>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..THREADS)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    let mut calls = Vec::new();
-                    for _ in 0..100 {
-                        let r = register(base, env_ptr);
-                        calls.push(r);
-                        if r.0 == KeepallocStatus::Ok {
-                            break;
-                        }
-                    }
-                    calls
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    let per_thread: Vec<Vec<(KeepallocStatus, KeepallocHookResult)>> = together(THREADS, |_| {
+        calls_until(
+            100,
+            || register(base, env_ptr),
+            |r| r.0 == KeepallocStatus::Ok,
+        )
     });
     let all: Vec<_> = per_thread.iter().flatten().copied().collect();
     for calls in &per_thread {

@@ -11,6 +11,8 @@
 //!   checks (no inherited preload, `LD_LIBRARY_PATH` or adoption settings).
 //! * [`runtimes`]: the pinned ONNX Runtime and ExecuTorch wheels, fetched and unpacked on first
 //!   use into `target/runtimes/` (the same code `cargo xtask runtimes` runs).
+//! * [`together`](mod@together): threads released together by a barrier, each calling until
+//!   it succeeds (the races of the registration tests).
 //! * [`watchdog`](mod@watchdog): a per-test deadlock bound: a test that hangs is named on stderr
 //!   and the process aborts, instead of hanging the run.
 //!
@@ -23,7 +25,9 @@ pub mod ctools;
 pub mod not_run;
 pub mod preload_env;
 pub mod runtimes;
+pub mod together;
 pub mod watchdog;
 
 pub use child::{describe, rerun};
 pub use not_run::{in_ci, not_run};
+pub use together::{calls_until, together};

@@ -26,7 +26,7 @@ use keepalloc_kernels::{
     FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
 
-use super::{Rng, SENTINEL, TAIL, without_tail};
+use super::{Rng, SENTINEL, TAIL};
 
 /// Which operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,38 +222,7 @@ impl LCase {
     /// Checks `out` against `reference` (dense m × n), and that the padding and the tail past
     /// the last output are untouched.
     pub fn check_against(&self, out: &[f32], reference: &[(f64, f64)], what: &str) {
-        let out = without_tail(out, self.m, self.n, self.output_stride, what);
-        for m in 0..self.m {
-            for n in 0..self.output_stride {
-                let i = m * self.output_stride + n;
-                if i >= out.len() {
-                    break;
-                }
-                if n >= self.n {
-                    assert_eq!(
-                        out[i].to_bits(),
-                        SENTINEL.to_bits(),
-                        "{what}: padding written at row {m} col {n}"
-                    );
-                    continue;
-                }
-                let (want, tol) = reference[m * self.n + n];
-                let got = out[i] as f64;
-                assert!(
-                    (got - want).abs() <= tol,
-                    "{what}: y[{m}][{n}] = {got}, reference {want} (tolerance {tol:e}); m={} k={} n={} strides=({}, {}) transposed={} bias={} range=[{}, {}]",
-                    self.m,
-                    self.k,
-                    self.n,
-                    self.input_stride,
-                    self.output_stride,
-                    self.transposed,
-                    self.bias.is_some(),
-                    self.min,
-                    self.max
-                );
-            }
-        }
+        check_case!(self, out, |i: usize| reference[i], what);
     }
 
     /// Creates `kind` on `isa` through `table`, runs it, checks it against its own

@@ -5,6 +5,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel};
 
+/// [`check_output`] of a case struct with the usual field names (f32 and low-precision):
+/// `check_case!(case, out, reference, what)`.
+macro_rules! check_case {
+    ($c:expr, $out:expr, $reference:expr, $what:expr) => {
+        $crate::common::check_output(
+            $out,
+            ($c.m, $c.n, $c.output_stride),
+            $reference,
+            &$crate::common::CaseText(
+                $c.m,
+                $c.k,
+                $c.n,
+                ($c.input_stride, $c.output_stride),
+                $c.transposed,
+                $c.bias.is_some(),
+                ($c.min, $c.max),
+            ),
+            $what,
+        )
+    };
+}
+
 /// xorshift64*: seeded, reproducible, no dependencies.
 pub struct Rng(u64);
 
@@ -130,44 +152,13 @@ impl Case {
     /// Checks `out` against the reference, and that the stride padding and the tail past the
     /// last output are untouched.
     pub fn check(&self, out: &[f32], what: &str) {
-        let out = without_tail(out, self.m, self.n, self.output_stride, what);
         let reference = self.reference();
-        for m in 0..self.m {
-            for n in 0..self.output_stride {
-                let i = m * self.output_stride + n;
-                if i >= out.len() {
-                    break;
-                }
-                if n >= self.n {
-                    assert_eq!(
-                        out[i].to_bits(),
-                        SENTINEL.to_bits(),
-                        "{what}: padding written at row {m} col {n}"
-                    );
-                    continue;
-                }
-                let got = out[i];
-                let (want, tol) = reference[m * self.n + n];
-                let ok = if want.is_nan() {
-                    got.is_nan()
-                } else {
-                    ((got as f64) - (want as f64)).abs() <= tol
-                };
-                assert!(
-                    ok,
-                    "{what}: y[{m}][{n}] = {got}, reference {want} (tolerance {tol:e}); case m={} k={} n={} strides=({}, {}) transposed={} bias={} range=[{}, {}]",
-                    self.m,
-                    self.k,
-                    self.n,
-                    self.input_stride,
-                    self.output_stride,
-                    self.transposed,
-                    self.bias.is_some(),
-                    self.min,
-                    self.max
-                );
-            }
-        }
+        check_case!(
+            self,
+            out,
+            |i: usize| (reference[i].0 as f64, reference[i].1),
+            what
+        );
     }
 
     /// Creates through `table`, runs, checks; returns the output.
@@ -211,6 +202,69 @@ pub fn without_tail<'a>(
     }
     &out[..end]
 }
+
+/// A case's parameters, for a failure message: m, k, n, (input, output) strides, transposed,
+/// bias, (min, max).
+pub struct CaseText(
+    pub usize,
+    pub usize,
+    pub usize,
+    pub (usize, usize),
+    pub bool,
+    pub bool,
+    pub (f32, f32),
+);
+
+impl core::fmt::Display for CaseText {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let CaseText(m, k, n, (si, so), t, b, (lo, hi)) = self;
+        write!(
+            f,
+            "m={m} k={k} n={n} strides=({si}, {so}) transposed={t} bias={b} range=[{lo}, {hi}]"
+        )
+    }
+}
+
+/// Checks `out` (`m` rows of `n` at `stride`) against `reference(row * n + col)`, a value and
+/// its tolerance (a NaN wants a NaN), and that the stride padding and the tail past the last
+/// output still hold [`SENTINEL`].
+pub fn check_output(
+    out: &[f32],
+    (m, n, stride): (usize, usize, usize),
+    reference: impl Fn(usize) -> (f64, f64),
+    case: &CaseText,
+    what: &str,
+) {
+    let out = without_tail(out, m, n, stride, what);
+    for row in 0..m {
+        for col in 0..stride {
+            let i = row * stride + col;
+            if i >= out.len() {
+                break;
+            }
+            if col >= n {
+                assert_eq!(
+                    out[i].to_bits(),
+                    SENTINEL.to_bits(),
+                    "{what}: padding written at row {row} col {col}"
+                );
+                continue;
+            }
+            let got = out[i];
+            let (want, tol) = reference(row * n + col);
+            let ok = if want.is_nan() {
+                got.is_nan()
+            } else {
+                (got as f64 - want).abs() <= tol
+            };
+            assert!(
+                ok,
+                "{what}: y[{row}][{col}] = {got}, reference {want} (tolerance {tol:e}); case {case}"
+            );
+        }
+    }
+}
+
 pub mod fail_nth;
 pub mod lowp;
 

@@ -8,7 +8,6 @@
 //! Needs `cargo xtask runtimes`; NOT RUN without it, a failure under `CI=true`.
 
 use core::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Barrier;
 
 use keepalloc_allocators::System;
 use keepalloc_onnxruntime::interpose::{REFUSAL, refusing_registrations, register_calls};
@@ -17,6 +16,7 @@ use keepalloc_onnxruntime::{
     sample_inputs,
 };
 use keepalloc_provider::{GlobalProvider, HookRan, ProviderError};
+use keepalloc_testkit::{calls_until, together};
 
 static CONSTRUCTED: AtomicU32 = AtomicU32::new(0);
 
@@ -43,31 +43,16 @@ fn a_refused_registration_is_retried_with_the_same_owner() {
     let env = Env::create(ort, c"keepalloc-register-retry").expect("CreateEnv");
     let refusal = REFUSAL.to_str().unwrap();
 
-    let barrier = Barrier::new(THREADS);
-    let outcomes: Vec<Vec<Result<(usize, HookRan), String>>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..THREADS)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    let mut calls = Vec::new();
-                    for _ in 0..100 {
-                        let r = register_env_allocator_ex(&OWNER, env)
-                            .map(|(h, ran)| (h.context() as usize, ran))
-                            .map_err(|e| match e {
-                                ProviderError::InitFailed(e) => e.to_string(),
-                                other => panic!("only InitFailed is retryable: {other}"),
-                            });
-                        let done = r.is_ok();
-                        calls.push(r);
-                        if done {
-                            break;
-                        }
-                    }
-                    calls
+    let outcomes: Vec<Vec<Result<(usize, HookRan), String>>> = together(THREADS, |_| {
+        let register = || {
+            register_env_allocator_ex(&OWNER, env)
+                .map(|(h, ran)| (h.context() as usize, ran))
+                .map_err(|e| match e {
+                    ProviderError::InitFailed(e) => e.to_string(),
+                    other => panic!("only InitFailed is retryable: {other}"),
                 })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
+        };
+        calls_until(100, register, Result::is_ok)
     });
     let all: Vec<_> = outcomes.iter().flatten().cloned().collect();
     let errors: Vec<&String> = all.iter().filter_map(|r| r.as_ref().err()).collect();
