@@ -37,6 +37,7 @@ impl Mimalloc {
 
 // mimalloc 3's first-class heaps (libmimalloc-sys builds mimalloc 3 unless its `v2` feature is
 // on; the symbols are in the library, so declare them here).
+// SAFETY: the signatures are mimalloc.h's (`mi_heap_t*` as an opaque pointer).
 unsafe extern "C" {
     fn mi_heap_main() -> *mut c_void;
     fn mi_heap_malloc(heap: *mut c_void, size: usize) -> *mut c_void;
@@ -90,9 +91,9 @@ fn natural(size: usize, align: usize) -> bool {
 }
 
 // SAFETY: mimalloc's plain entry points return blocks aligned as `natural` says; its aligned
-// entry points return NULL or a block of the requested size and
-// alignment; `mi_realloc_aligned` leaves the old block valid when it fails; `mi_free`
-// releases any mimalloc block.
+// entry points return NULL or a block of the requested size and alignment;
+// `mi_realloc_aligned` leaves the old block valid when it fails; `mi_free` releases any
+// mimalloc block.
 unsafe impl RawBackend for Mimalloc {
     #[inline]
     fn raw_alloc(&self, layout: Layout) -> *mut u8 {
@@ -143,6 +144,7 @@ mod tests {
     use super::*;
     use allocator_api2::alloc::Allocator;
 
+    // SAFETY: the signature is mimalloc.h's `mi_heap_of` (`mi_heap_t*` as an opaque pointer).
     unsafe extern "C" {
         fn mi_heap_of(p: *const c_void) -> *mut c_void;
     }

@@ -75,7 +75,8 @@ impl Request {
     pub fn added_bytes(self) -> usize {
         match self {
             Request::Allocate { layout, .. } => layout.size(),
-            Request::Grow { old, new, .. } => new.size() - old.size(),
+            // Saturating: a `Grow` built by hand with a smaller `new` adds nothing.
+            Request::Grow { old, new, .. } => new.size().saturating_sub(old.size()),
             Request::Shrink { .. } => 0,
         }
     }
@@ -243,4 +244,35 @@ macro_rules! allocator_from_requests {
     ($ty:ty) => {
         $crate::allocator_from_requests!([] $ty);
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_bytes_is_what_the_caller_gains() {
+        let l = |size| Layout::from_size_align(size, 8).unwrap();
+        let ptr = NonNull::<u8>::dangling();
+        let grow = |old, new| Request::Grow {
+            ptr,
+            old: l(old),
+            new: l(new),
+            zeroed: false,
+        };
+        let allocate = Request::Allocate {
+            layout: l(24),
+            zeroed: true,
+        };
+        assert_eq!(allocate.added_bytes(), 24);
+        assert_eq!(grow(16, 40).added_bytes(), 24);
+        let shrink = Request::Shrink {
+            ptr,
+            old: l(40),
+            new: l(16),
+        };
+        assert_eq!(shrink.added_bytes(), 0);
+        // Safe code can build a `Grow` that shrinks; it adds nothing rather than overflowing.
+        assert_eq!(grow(40, 16).added_bytes(), 0);
+    }
 }
