@@ -26,7 +26,7 @@ use keepalloc_kernels::{
     FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
 
-use super::{Rng, SENTINEL, TAIL};
+use super::{Rng, SENTINEL, TAIL, with_case};
 
 /// Which operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,15 +327,9 @@ impl LCase {
         isa: Option<DotIsa>,
         what: &str,
     ) -> FcLowp<K> {
-        let mut d = d
-            .with_strides(self.input_stride, self.output_stride)
-            .with_range(self.min, self.max);
-        if let Some(b) = &self.bias {
-            d = d.with_bias(b);
-        }
-        if self.transposed {
-            d = d.transposed();
-        }
+        let strides = (self.input_stride, self.output_stride);
+        let range = (self.min, self.max);
+        let mut d = with_case(d, strides, range, self.bias.as_deref(), self.transposed);
         if let Some(isa) = isa {
             d = d.with_isa(isa);
         }

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use keepalloc_kernels::{FullyConnected, FullyConnectedDesc, Parallel};
+use keepalloc_kernels::kinds::FcKind;
+use keepalloc_kernels::{FcDesc, FullyConnected, FullyConnectedDesc, Parallel};
 
 /// [`check_output`] of a case struct with the usual field names (f32 and low-precision):
 /// `check_case!(case, out, reference, what)`.
@@ -98,16 +99,15 @@ impl Case {
     }
 
     pub fn desc(&self) -> FullyConnectedDesc<'_> {
-        let mut d = FullyConnectedDesc::new(self.k, self.n, &self.weights)
-            .with_strides(self.input_stride, self.output_stride)
-            .with_range(self.min, self.max);
-        if let Some(b) = &self.bias {
-            d = d.with_bias(b);
-        }
-        if self.transposed {
-            d = d.transposed();
-        }
-        d
+        let strides = (self.input_stride, self.output_stride);
+        let d = FullyConnectedDesc::new(self.k, self.n, &self.weights);
+        with_case(
+            d,
+            strides,
+            (self.min, self.max),
+            self.bias.as_deref(),
+            self.transposed,
+        )
     }
 
     pub fn weight(&self, n: usize, k: usize) -> f32 {
@@ -201,6 +201,27 @@ pub fn without_tail<'a>(
         panic!("{what}: written {i} floats past the last output (m={m} n={n} stride {stride})");
     }
     &out[..end]
+}
+
+/// `d` with a case's strides, output range, bias and weight layout (the f32 and the
+/// low-precision cases have the same fields).
+pub fn with_case<'a, K: FcKind>(
+    d: FcDesc<'a, K>,
+    (input_stride, output_stride): (usize, usize),
+    (min, max): (f32, f32),
+    bias: Option<&'a [f32]>,
+    transposed: bool,
+) -> FcDesc<'a, K> {
+    let mut d = d
+        .with_strides(input_stride, output_stride)
+        .with_range(min, max);
+    if let Some(b) = bias {
+        d = d.with_bias(b);
+    }
+    if transposed {
+        d = d.transposed();
+    }
+    d
 }
 
 /// A case's parameters, for a failure message: m, k, n, (input, output) strides, transposed,
