@@ -174,7 +174,9 @@ fn qd8_isas_are_bit_identical() {
 #[test]
 fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
     // Shapes cut by panels (n ≥ m), by row units of 32 (tall, few panels, a remainder
-    // past the last unit), and too small to cut; batch 1 included.
+    // past the last unit), and too small to cut; batch 1 included. qd8 weighs its rows
+    // (`QD8_ROW_WEIGHT`): 64x256x100 and 97x200x333 are cut by rows for it, and the last
+    // two by panels after a quantizing pass cut over both threads.
     let pool = RuntimePool(2);
     let mut rng = Rng::new(41);
     for (m, k, n) in [
@@ -184,6 +186,8 @@ fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
         (70, 130, 16),
         (40, 64, 20),
         (97, 200, 333),
+        (40, 512, 300),
+        (64, 256, 1100),
     ] {
         let case = LCase::random(&mut rng, m, k, n);
         for kind in Kind::ALL {

@@ -1,5 +1,6 @@
 //! A low-precision run cut over a pool's threads: by output panels (each task every row
-//! against a slice of the weights) when the weights are the larger operand, else by rows
+//! against a slice of the weights) when the weights are the larger operand (a row of a qd8
+//! input quantized in the run counting as [`tuning::QD8_ROW_WEIGHT`] columns), else by rows
 //! in multiples of [`ROW_UNIT`]. Either cut leaves every output row on the kernel path a
 //! one-thread run gives it, so the result is bit-identical.
 //!
@@ -12,7 +13,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use super::{Job, Kind, shape};
 use crate::error::KernelError;
 use crate::pool::Parallel;
-use crate::tuning::LOWP_MIN_PARALLEL_MACS;
+use crate::tuning::{self, LOWP_MIN_PARALLEL_MACS};
 
 /// Rows per row unit: an AMX block (32 rows) and more than the one- and two-row kernels of
 /// batch 1 and 2, so every row of a cut falls in the same kind of tile as in a one-thread
@@ -37,8 +38,17 @@ pub(crate) enum Cut {
 }
 
 impl Cut {
-    /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads.
-    pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, threads: usize) -> Cut {
+    /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads,
+    /// reading a row of input costing `row_weight` times a column of weights
+    /// ([`tuning::QD8_ROW_WEIGHT`] for a qd8 job that quantizes its input, else 1).
+    pub(crate) fn new(
+        m: usize,
+        k: usize,
+        n: usize,
+        nr: usize,
+        threads: usize,
+        row_weight: usize,
+    ) -> Cut {
         let panels = n.div_ceil(nr);
         let units = m / ROW_UNIT;
         let want = (threads * TASKS_PER_THREAD).min(MAX_TASKS);
@@ -47,7 +57,7 @@ impl Cut {
         }
         // Each row chunk reads all the weights (k·n), each panel chunk all the rows (m·k):
         // cut the larger operand.
-        if (n >= m || units < 2) && panels >= 2 {
+        if (n >= m.saturating_mul(row_weight) || units < 2) && panels >= 2 {
             Cut::Panels {
                 tasks: want.min(panels),
                 panels,
@@ -61,6 +71,22 @@ impl Cut {
             Cut::Whole
         }
     }
+}
+
+/// Input values below which quantizing a share of them is not worth a hand-off to another
+/// thread (about a microsecond): one core quantizes 8 K values from L3 in about two (a
+/// 512×512 input in about 63 µs on the Xeon).
+const QUANT_MIN_VALUES: usize = 1 << 13;
+
+/// Tasks of the pass that quantizes an `m × k` input before a cut by panels: up to
+/// [`TASKS_PER_THREAD`] per thread, none under [`QUANT_MIN_VALUES`] values, at least one row
+/// each.
+fn quant_tasks(m: usize, k: usize, threads: usize) -> usize {
+    let most = (threads.saturating_mul(TASKS_PER_THREAD))
+        .min(MAX_TASKS)
+        .min(m)
+        .max(1);
+    (m.saturating_mul(k) / QUANT_MIN_VALUES).clamp(1, most)
 }
 
 /// Task `i` of `tasks` over `units` units: a balanced contiguous range.
@@ -80,7 +106,12 @@ pub(crate) unsafe fn run_in(
     let nr = shape(job.kind, job.isa).nr;
     let job = Shared(Job { ..*job });
     let job = &job;
-    match Cut::new(job.m, job.k, job.n, nr, threads) {
+    let row_weight = if job.kind == Kind::Qd8F32Qc8w && !job.x.is_null() {
+        tuning::QD8_ROW_WEIGHT
+    } else {
+        1
+    };
+    match Cut::new(job.m, job.k, job.n, nr, threads, row_weight) {
         // SAFETY: forwarded (caller).
         Cut::Whole => unsafe { super::run(job) },
         Cut::Rows { tasks, units } => {
@@ -103,25 +134,19 @@ pub(crate) unsafe fn run_in(
         Cut::Panels { tasks, panels } => {
             let mut job = Shared(Job { ..job.0 });
             if job.kind == Kind::Qd8F32Qc8w && !job.x.is_null() {
-                // Quantize every row first (each panel task reads them all).
-                // Rows only (no panels): the quantization's own cut.
-                let q = Cut::new(job.m, job.k, 0, nr, threads);
-                let (qt, units) = match q {
-                    Cut::Rows { tasks, units } => (tasks, units),
-                    _ => (1, job.m.div_ceil(ROW_UNIT)),
-                };
+                // Quantize every row first (each panel task reads them all), cut by rows:
+                // each row is quantized alone, so any cut gives the same bytes.
+                let qt = quant_tasks(job.m, job.k, threads);
                 let prepare = |i: usize| {
-                    let r = share(i, qt, units);
-                    let r0 = (r.start * ROW_UNIT).min(job.m);
-                    let r1 = if i + 1 == qt { job.m } else { r.end * ROW_UNIT };
+                    let rows = share(i, qt, job.m);
                     // Only x86-64 drivers quantize in the driver (`quantizes_in_driver`).
                     #[cfg(target_arch = "x86_64")]
-                    // SAFETY: rows r0..r1 of the input, A and the row parameters (caller: `x` set, so A and the parameters are writable), disjoint per task.
+                    // SAFETY: rows `rows` of the input, A and the row parameters (caller: `x` set, so A and the parameters are writable), disjoint per task.
                     unsafe {
-                        super::blocked::qd8_prepare(&job.0, r0..r1)
+                        super::blocked::qd8_prepare(&job.0, rows)
                     };
                     #[cfg(not(target_arch = "x86_64"))]
-                    unreachable!("rows {r0}..{r1}: no driver quantizes here");
+                    unreachable!("rows {rows:?}: no driver quantizes here");
                 };
                 each_once(pool, qt, &prepare)?;
                 job.0.x = core::ptr::null();
@@ -218,37 +243,87 @@ mod tests {
 
     #[test]
     fn weights_heavy_jobs_are_cut_by_panels_and_tall_ones_by_row_units() {
-        assert_eq!(Cut::new(512, 512, 512, 32, 1), Cut::Whole);
+        assert_eq!(Cut::new(512, 512, 512, 32, 1, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(64, 512, 1024, 32, 2),
+            Cut::new(64, 512, 1024, 32, 2, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 32
             }
         );
         assert_eq!(
-            Cut::new(1024, 512, 64, 32, 2),
+            Cut::new(1024, 512, 64, 32, 2, 1),
             Cut::Rows {
                 tasks: 4,
                 units: 32
             }
         );
         // One panel and under two row units: nothing to share.
-        assert_eq!(Cut::new(40, 4096, 16, 32, 2), Cut::Whole);
+        assert_eq!(Cut::new(40, 4096, 16, 32, 2, 1), Cut::Whole);
         // Tall but a single panel: rows.
         assert_eq!(
-            Cut::new(100, 4096, 16, 32, 2),
+            Cut::new(100, 4096, 16, 32, 2, 1),
             Cut::Rows { tasks: 3, units: 3 }
         );
         // Too little work to hand over.
-        assert_eq!(Cut::new(1, 256, 256, 32, 2), Cut::Whole);
+        assert_eq!(Cut::new(1, 256, 256, 32, 2, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(1, 1536, 1536, 32, 2),
+            Cut::new(1, 1536, 1536, 32, 2, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 48
             }
         );
+    }
+
+    #[test]
+    fn a_qd8_job_that_quantizes_weighs_its_rows() {
+        // 512x512x512 and 256x512x2048: panels when rows weigh as columns, rows when a row
+        // counts as QD8_ROW_WEIGHT columns; 128x2048x2048 stays cut by panels.
+        let w = tuning::QD8_ROW_WEIGHT;
+        assert!(matches!(
+            Cut::new(512, 512, 512, 32, 2, 1),
+            Cut::Panels { .. }
+        ));
+        assert_eq!(
+            Cut::new(512, 512, 512, 32, 2, w),
+            Cut::Rows {
+                tasks: 4,
+                units: 16
+            }
+        );
+        assert!(matches!(
+            Cut::new(256, 512, 2048, 32, 2, 1),
+            Cut::Panels { .. }
+        ));
+        assert!(matches!(
+            Cut::new(256, 512, 2048, 32, 2, w),
+            Cut::Rows { .. }
+        ));
+        assert!(matches!(
+            Cut::new(128, 2048, 2048, 32, 2, w),
+            Cut::Panels { .. }
+        ));
+        // Under two row units, rows cannot be cut: panels whatever the weight.
+        assert!(matches!(
+            Cut::new(32, 96, 1536, 32, 2, w),
+            Cut::Panels { .. }
+        ));
+    }
+
+    #[test]
+    fn the_quantizing_pass_is_cut_over_the_threads_when_it_is_worth_it() {
+        // The bench's M >= 16 shapes on two threads: every thread quantizes a share.
+        assert_eq!(quant_tasks(16, 1024, 2), 2);
+        assert_eq!(quant_tasks(64, 1024, 2), 4);
+        assert_eq!(quant_tasks(512, 512, 2), 4);
+        // Too few values for a hand-off, or one row: one task.
+        assert_eq!(quant_tasks(4, 512, 2), 1);
+        assert_eq!(quant_tasks(1, 1 << 20, 2), 1);
+        // Never more tasks than rows, nor than the claim mask holds.
+        assert_eq!(quant_tasks(3, 1 << 20, 8), 3);
+        assert_eq!(quant_tasks(1 << 20, 1 << 20, 1000), MAX_TASKS);
+        assert_eq!(quant_tasks(0, 0, 2), 1);
     }
 
     #[test]
