@@ -577,6 +577,7 @@ pub fn run(
             match kind {
                 Kind::Bf16F32 => {
                     bf16_peak = bf16_peak.max(probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0));
+                    fma_peak = fma_peak.max(probe::fma_peak());
                     amx_bf16_peak = max_of(amx_bf16_peak, probe::dot_peak(DotPeak::AmxBf16));
                 }
                 Kind::Qd8F32Qc8w => {
@@ -608,6 +609,11 @@ pub fn run(
             Kind::F32Qc8w => ("FMA", fma_peak),
         };
         let isa = keepalloc_isa(kind);
+        if kind == Kind::Bf16F32 && isa == Some(keepalloc_kernels::DotIsa::Avx512) {
+            // bf16 widened to f32 on FMAs (Intel, where `vdpbf16ps` runs at half their
+            // rate): the FMA bounds it, and the `vdpbf16ps` probe would read above 100%.
+            (peak_name, peak) = ("FMA", fma_peak);
+        }
         let amx_peak = match kind {
             Kind::Bf16F32 => amx_bf16_peak,
             Kind::Qd8F32Qc8w => amx_int8_peak,
