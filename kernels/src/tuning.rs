@@ -169,14 +169,10 @@ pub(crate) fn bf16_dot_is_half_rate() -> bool {
 /// against 69 and 72 on one (Xeon; bf16). Measure: `cargo xtask bench --threads 2 --op all`.
 pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
 
-/// How many weight columns one input row counts as when a qd8 run that quantizes its f32
-/// input is cut over threads (`lowp::parallel::Cut`): a cut by rows quantizes each share in
-/// the driver, overlapped with the work; a cut by panels quantizes every row in a pass of its
-/// own first. At 2 threads against oneDNN's u8s8 (Xeon, no AMX, three interleaved runs),
-/// 4 took 512×512×512 from 0.73–0.82× (panels) to 0.84–0.92× (rows); 16 also took
-/// 256×512×2048 from 0.73–0.93× to 0.94–0.99× and 128×1024×1024 from 0.88–0.92× to
-/// 0.95–1.00×; rows for every M ≥ 64 did no better. Measure: `cargo xtask bench --threads 2
-/// --op qd8_f32_qc8w --shapes 512x512x512,256x512x2048,128x1024x1024,128x2048x2048`
+/// How many weight columns one row of a qd8 input quantized in the run counts as when the run
+/// is cut over threads (`lowp::parallel::Cut`): a row cut quantizes inside the driver,
+/// overlapped with the work; a panel cut needs a quantizing pass of its own first.
+/// Measure: `cargo xtask bench --threads 2 --op qd8_f32_qc8w --shapes 512x512x512,256x512x2048,128x1024x1024,128x2048x2048`
 pub(crate) const QD8_ROW_WEIGHT: usize = 16;
 
 /// Packed weights per N block of the low-precision driver: best of 128 KiB – 1 GiB for qd8;
