@@ -171,7 +171,8 @@ pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
 
 /// How many weight columns one row of a qd8 input quantized in the run counts as when the run
 /// is cut over threads (`lowp::parallel::Cut`): a row cut quantizes inside the driver,
-/// overlapped with the work; a panel cut needs a quantizing pass of its own first.
+/// overlapped with the work; a panel cut needs a quantizing pass of its own first. VNNI only:
+/// AMX runs weigh rows as 1 until measured on an AMX CPU.
 /// Measure: `cargo xtask bench --threads 2 --op qd8_f32_qc8w --shapes 512x512x512,256x512x2048,128x1024x1024,128x2048x2048`
 pub(crate) const QD8_ROW_WEIGHT: usize = 16;
 

@@ -174,9 +174,9 @@ fn qd8_isas_are_bit_identical() {
 #[test]
 fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
     // Shapes cut by panels (n ≥ m), by row units of 32 (tall, few panels, a remainder
-    // past the last unit), and too small to cut; batch 1 included. qd8 weighs its rows
-    // (`QD8_ROW_WEIGHT`): 64x256x100 and 97x200x333 are cut by rows for it, and the last
-    // two by panels after a quantizing pass cut over both threads.
+    // past the last unit), and too small to cut; batch 1 included. qd8 on VNNI weighs its
+    // rows (`QD8_ROW_WEIGHT`): 64x256x100 and 97x200x333 are cut by rows for it, and the
+    // last two by panels after a quantizing pass cut over both threads.
     let pool = RuntimePool(2);
     let mut rng = Rng::new(41);
     for (m, k, n) in [

@@ -1,7 +1,7 @@
 //! A low-precision run cut over a pool's threads: by output panels (each task every row
 //! against a slice of the weights) when the weights are the larger operand (a row of a qd8
-//! input quantized in the run counting as [`tuning::QD8_ROW_WEIGHT`] columns), else by rows
-//! in multiples of [`ROW_UNIT`]. Either cut leaves every output row on the kernel path a
+//! input quantized in the run on VNNI counting as [`tuning::QD8_ROW_WEIGHT`] columns), else
+//! by rows in multiples of [`ROW_UNIT`]. Either cut leaves every output row on the kernel path a
 //! one-thread run gives it, so the result is bit-identical.
 //!
 //! A qd8 job whose driver quantizes its own rows (`quantizes_in_driver`) cut by panels has
@@ -10,7 +10,7 @@
 use core::ops::Range;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Job, Kind, shape};
+use super::{DotIsa, Job, Kind, shape};
 use crate::error::KernelError;
 use crate::pool::Parallel;
 use crate::tuning::{self, LOWP_MIN_PARALLEL_MACS};
@@ -40,7 +40,7 @@ pub(crate) enum Cut {
 impl Cut {
     /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads,
     /// reading a row of input costing `row_weight` times a column of weights
-    /// ([`tuning::QD8_ROW_WEIGHT`] for a qd8 job that quantizes its input, else 1).
+    /// ([`tuning::QD8_ROW_WEIGHT`] for a qd8 job on VNNI that quantizes its input, else 1).
     pub(crate) fn new(
         m: usize,
         k: usize,
@@ -106,11 +106,13 @@ pub(crate) unsafe fn run_in(
     let nr = shape(job.kind, job.isa).nr;
     let job = Shared(Job { ..*job });
     let job = &job;
-    let row_weight = if job.kind == Kind::Qd8F32Qc8w && !job.x.is_null() {
-        tuning::QD8_ROW_WEIGHT
-    } else {
-        1
-    };
+    // Measured on VNNI only; AMX keeps the plain rule until it is measured on an AMX CPU.
+    let row_weight =
+        if job.kind == Kind::Qd8F32Qc8w && !job.x.is_null() && job.isa == DotIsa::Avx512Vnni {
+            tuning::QD8_ROW_WEIGHT
+        } else {
+            1
+        };
     match Cut::new(job.m, job.k, job.n, nr, threads, row_weight) {
         // SAFETY: forwarded (caller).
         Cut::Whole => unsafe { super::run(job) },
