@@ -209,6 +209,63 @@ fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
     }
 }
 
+/// A two-thread pool that runs every task on the caller and records how many tasks each
+/// job it was handed had.
+#[derive(Default)]
+struct Jobs(std::sync::Mutex<Vec<usize>>);
+
+impl Parallel for Jobs {
+    fn threads(&self) -> usize {
+        2
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.0.lock().unwrap().push(tasks);
+        (0..tasks).for_each(task);
+    }
+}
+
+#[test]
+fn a_qd8_run_quantizing_before_a_panel_cut_shares_the_pass_and_vnni_weighs_its_rows() {
+    // The jobs a two-thread pool is handed, per shape: [quantizing pass, panel tasks] for a
+    // panel cut, [row tasks] for a row cut (each row task quantizes its own rows).
+    // 64x256x1100: panels on every ISA, its 16 K input values quantized by two tasks.
+    // 512x64x512: rows on VNNI (a quantized row weighs QD8_ROW_WEIGHT columns), panels on
+    // AMX (weight 1 until measured there).
+    let mut rng = Rng::new(43);
+    let mut checked = 0;
+    for (m, k, n) in [(64, 256, 1100), (512, 64, 512)] {
+        let case = LCase::random(&mut rng, m, k, n);
+        let kind = Kind::Qd8F32Qc8w;
+        for isa in kind.isas() {
+            let want: &[usize] = match (isa, m) {
+                (DotIsa::Avx512Vnni, 512) => &[4],
+                (DotIsa::Avx512Vnni | DotIsa::Amx, 64) => &[2, 4],
+                (DotIsa::Amx, _) => &[4, 4],
+                // The other ISAs quantize before the cut, not in the driver.
+                _ => continue,
+            };
+            let what = format!("{} {isa} {m}x{k}x{n}", kind.name());
+            let pool = Jobs::default();
+            let out = case
+                .try_run_on(&TABLE, kind, Some(isa), Some(&pool), &what)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            case.check_against(&out, &case.reference(kind), &what);
+            assert_eq!(
+                *pool.0.lock().unwrap(),
+                want,
+                "{what}: the jobs handed to the pool"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        checked > 0,
+        DotIsa::Avx512Vnni.is_supported() || DotIsa::Amx.is_supported(),
+        "every qd8 ISA that quantizes in its driver is checked"
+    );
+}
+
 /// A pool that forgets the last task it is given.
 struct Skips;
 
