@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use keepalloc_kernels::{
-    FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
+    DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
     FullyConnectedQd8F32Qc8wDesc, Parallel, ThreadPool, bf16_from_f32, bf16_to_f32, quantize_qd8,
 };
@@ -420,9 +420,58 @@ fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+/// One core's probe figures of the run (GOPS), each the best it read.
+struct Probes {
+    bf16: f64,
+    vnni: f64,
+    fma: f64,
+    amx_bf16: Option<f64>,
+    amx_int8: Option<f64>,
+}
+
+impl Probes {
+    /// The dot-product instruction of `kind` and its probe (FMA for f32_qc8w).
+    fn dot(&self, kind: Kind) -> (&'static str, f64) {
+        match kind {
+            Kind::Bf16F32 => ("vdpbf16ps", self.bf16),
+            Kind::Qd8F32Qc8w => ("vpdpbusd", self.vnni),
+            Kind::F32Qc8w => ("FMA", self.fma),
+        }
+    }
+
+    /// The AMX probe of `kind`, where the CPU has AMX.
+    fn amx(&self, kind: Kind) -> Option<f64> {
+        match kind {
+            Kind::Bf16F32 => self.amx_bf16,
+            Kind::Qd8F32Qc8w => self.amx_int8,
+            Kind::F32Qc8w => None,
+        }
+    }
+}
+
+/// The AMX tile multiply of `kind`.
+fn amx_name(kind: Kind) -> &'static str {
+    if kind == Kind::Bf16F32 {
+        "tdpbf16ps"
+    } else {
+        "tdpbusd"
+    }
+}
+
+/// The instruction whose probe bounds keepalloc's `kind` on `isa`, and that probe: the tile
+/// multiply on AMX, the FMA where bf16 runs widened on FMAs (`DotIsa::Avx512`, chosen on
+/// Intel, where `vdpbf16ps` runs at half their rate), else the dot product.
+fn bounding_probe(kind: Kind, isa: Option<DotIsa>, p: &Probes) -> (&'static str, f64) {
+    match (isa, p.amx(kind)) {
+        (Some(DotIsa::Amx), Some(amx)) => (amx_name(kind), amx),
+        _ if kind == Kind::Bf16F32 && isa == Some(DotIsa::Avx512) => ("FMA", p.fma),
+        _ => p.dot(kind),
+    }
+}
+
 /// The instruction set keepalloc's operator of `kind` picks on this CPU (the choice does
 /// not depend on the shape): read from a small operator.
-fn keepalloc_isa(kind: Kind) -> Option<keepalloc_kernels::DotIsa> {
+fn keepalloc_isa(kind: Kind) -> Option<DotIsa> {
     let (k, n) = (16, 16);
     let (wb, w8, scales) = (vec![0u16; k * n], vec![0i8; k * n], vec![1.0f32; n]);
     match kind {
@@ -603,33 +652,23 @@ pub fn run(
                 roof,
             });
         }
-        let (mut peak_name, mut peak) = match kind {
-            Kind::Bf16F32 => ("vdpbf16ps", bf16_peak),
-            Kind::Qd8F32Qc8w => ("vpdpbusd", vnni_peak),
-            Kind::F32Qc8w => ("FMA", fma_peak),
-        };
         let isa = keepalloc_isa(kind);
-        if kind == Kind::Bf16F32 && isa == Some(keepalloc_kernels::DotIsa::Avx512) {
-            // bf16 widened to f32 on FMAs (Intel, where `vdpbf16ps` runs at half their
-            // rate): the FMA bounds it, and the `vdpbf16ps` probe would read above 100%.
-            (peak_name, peak) = ("FMA", fma_peak);
-        }
-        let amx_peak = match kind {
-            Kind::Bf16F32 => amx_bf16_peak,
-            Kind::Qd8F32Qc8w => amx_int8_peak,
-            Kind::F32Qc8w => None,
+        let probes = Probes {
+            bf16: bf16_peak,
+            vnni: vnni_peak,
+            fma: fma_peak,
+            amx_bf16: amx_bf16_peak,
+            amx_int8: amx_int8_peak,
         };
-        let mut peaks = format!("{peak_name} peak probe {peak:.1} GOPS");
+        let (peak_name, peak) = bounding_probe(kind, isa, &probes);
+        let amx_peak = probes.amx(kind);
+        let (dot_name, dot) = probes.dot(kind);
+        let mut peaks = format!("{dot_name} peak probe {dot:.1} GOPS");
         if let Some(amx) = amx_peak {
-            let name = if kind == Kind::Bf16F32 {
-                "tdpbf16ps"
-            } else {
-                "tdpbusd"
-            };
-            let _ = write!(peaks, ", {name} (AMX) peak probe {amx:.1} GOPS");
-            if isa == Some(keepalloc_kernels::DotIsa::Amx) {
-                (peak_name, peak) = (name, amx);
-            }
+            let _ = write!(peaks, ", {} (AMX) peak probe {amx:.1} GOPS", amx_name(kind));
+        }
+        if peak_name == "FMA" && dot_name != "FMA" {
+            let _ = write!(peaks, ", FMA peak probe {peak:.1} GFLOPS");
         }
         let on = if threads == 1 {
             "single thread".to_string()
@@ -650,11 +689,7 @@ pub fn run(
             "threads": threads,
             "keepalloc_isa": isa.map(|i| i.to_string()),
             "peak_probe": {"instruction": peak_name, "gops_one_core": peak},
-            "dot_peak_probe_gops": match kind {
-                Kind::Bf16F32 => bf16_peak,
-                Kind::Qd8F32Qc8w => vnni_peak,
-                Kind::F32Qc8w => fma_peak,
-            },
+            "dot_peak_probe_gops": dot,
             "amx_peak_probe_gops": amx_peak,
             "rows": rows.iter().map(|row| row_json(row, peak_all)).collect::<Vec<_>>(),
         }));
@@ -790,4 +825,57 @@ fn row_json(row: &Row, peak: f64) -> serde_json::Value {
         "keepalloc_share_of_peak": row.of(Lib::Keepalloc).map(|g| g.median / peak),
         "roof_gops": row.roof,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_percent_of_peak_divides_by_the_probe_of_the_instruction_the_path_runs() {
+        let p = Probes {
+            bf16: 87.0,
+            vnni: 759.0,
+            fma: 176.0,
+            amx_bf16: Some(3296.0),
+            amx_int8: Some(6203.0),
+        };
+        let bf16 = Kind::Bf16F32;
+        // bf16 widened on FMAs (Intel without AMX): the FMA, not `vdpbf16ps`.
+        assert_eq!(
+            bounding_probe(bf16, Some(DotIsa::Avx512), &p),
+            ("FMA", 176.0)
+        );
+        assert_eq!(
+            bounding_probe(bf16, Some(DotIsa::Avx512Bf16), &p),
+            ("vdpbf16ps", 87.0)
+        );
+        assert_eq!(
+            bounding_probe(bf16, Some(DotIsa::Amx), &p),
+            ("tdpbf16ps", 3296.0)
+        );
+        let qd8 = Kind::Qd8F32Qc8w;
+        assert_eq!(
+            bounding_probe(qd8, Some(DotIsa::Avx512Vnni), &p),
+            ("vpdpbusd", 759.0)
+        );
+        assert_eq!(
+            bounding_probe(qd8, Some(DotIsa::Amx), &p),
+            ("tdpbusd", 6203.0)
+        );
+        assert_eq!(
+            bounding_probe(Kind::F32Qc8w, Some(DotIsa::Avx512), &p),
+            ("FMA", 176.0)
+        );
+        // No AMX probe (a CPU without AMX): the dot product.
+        let no_amx = Probes {
+            amx_bf16: None,
+            amx_int8: None,
+            ..p
+        };
+        assert_eq!(
+            bounding_probe(qd8, Some(DotIsa::Amx), &no_amx),
+            ("vpdpbusd", 759.0)
+        );
+    }
 }
