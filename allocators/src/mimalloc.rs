@@ -90,10 +90,10 @@ fn natural(size: usize, align: usize) -> bool {
     align <= 8 || (align <= 16 && size >= 16)
 }
 
-// SAFETY: mimalloc's plain entry points return blocks aligned as `natural` says; its aligned
-// entry points return NULL or a block of the requested size and alignment;
-// `mi_realloc_aligned` leaves the old block valid when it fails; `mi_free` releases any
-// mimalloc block.
+// mimalloc's plain entry points return blocks aligned as `natural` says; its aligned entry
+// points return NULL or a block of the requested size and alignment; `mi_realloc_aligned`
+// leaves the old block valid when it fails; `mi_free` releases any mimalloc block.
+// SAFETY: by the above, every method keeps `RawBackend`'s contract.
 unsafe impl RawBackend for Mimalloc {
     #[inline]
     fn raw_alloc(&self, layout: Layout) -> *mut u8 {
