@@ -22,30 +22,12 @@ use keepalloc_kernels::{
 };
 use keepalloc_xnnpack::current::{Bf16Fc, F32Qc8wFc, Geometry, Library, Qd8Fc, Qd8Subgraph};
 
+pub use crate::lowp_kind::Kind;
 use crate::onednn::{self, Matmul, OneDnn, Quantizer, Weights};
+use crate::peak::{Probes, amx_name, bounding_probe};
 use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
 use crate::stats::{Measured, paired_ratio};
-
-/// A low-precision operator kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Bf16F32,
-    Qd8F32Qc8w,
-    F32Qc8w,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Bf16F32, Kind::Qd8F32Qc8w, Kind::F32Qc8w];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Bf16F32 => "bf16_f32",
-            Kind::Qd8F32Qc8w => "qd8_f32_qc8w",
-            Kind::F32Qc8w => "f32_qc8w",
-        }
-    }
-}
 
 /// One shape's data.
 struct Data {
@@ -420,55 +402,6 @@ fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// One core's probe figures of the run (GOPS), each the best it read.
-struct Probes {
-    bf16: f64,
-    vnni: f64,
-    fma: f64,
-    amx_bf16: Option<f64>,
-    amx_int8: Option<f64>,
-}
-
-impl Probes {
-    /// The dot-product instruction of `kind` and its probe (FMA for f32_qc8w).
-    fn dot(&self, kind: Kind) -> (&'static str, f64) {
-        match kind {
-            Kind::Bf16F32 => ("vdpbf16ps", self.bf16),
-            Kind::Qd8F32Qc8w => ("vpdpbusd", self.vnni),
-            Kind::F32Qc8w => ("FMA", self.fma),
-        }
-    }
-
-    /// The AMX probe of `kind`, where the CPU has AMX.
-    fn amx(&self, kind: Kind) -> Option<f64> {
-        match kind {
-            Kind::Bf16F32 => self.amx_bf16,
-            Kind::Qd8F32Qc8w => self.amx_int8,
-            Kind::F32Qc8w => None,
-        }
-    }
-}
-
-/// The AMX tile multiply of `kind`.
-fn amx_name(kind: Kind) -> &'static str {
-    if kind == Kind::Bf16F32 {
-        "tdpbf16ps"
-    } else {
-        "tdpbusd"
-    }
-}
-
-/// The instruction whose probe bounds keepalloc's `kind` on `isa`, and that probe: the tile
-/// multiply on AMX, the FMA where bf16 runs widened on FMAs (`DotIsa::Avx512`, chosen on
-/// Intel, where `vdpbf16ps` runs at half their rate), else the dot product.
-fn bounding_probe(kind: Kind, isa: Option<DotIsa>, p: &Probes) -> (&'static str, f64) {
-    match (isa, p.amx(kind)) {
-        (Some(DotIsa::Amx), Some(amx)) => (amx_name(kind), amx),
-        _ if kind == Kind::Bf16F32 && isa == Some(DotIsa::Avx512) => ("FMA", p.fma),
-        _ => p.dot(kind),
-    }
-}
-
 /// The instruction set keepalloc's operator of `kind` picks on this CPU (the choice does
 /// not depend on the shape): read from a small operator.
 fn keepalloc_isa(kind: Kind) -> Option<DotIsa> {
@@ -825,57 +758,4 @@ fn row_json(row: &Row, peak: f64) -> serde_json::Value {
         "keepalloc_share_of_peak": row.of(Lib::Keepalloc).map(|g| g.median / peak),
         "roof_gops": row.roof,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_percent_of_peak_divides_by_the_probe_of_the_instruction_the_path_runs() {
-        let p = Probes {
-            bf16: 87.0,
-            vnni: 759.0,
-            fma: 176.0,
-            amx_bf16: Some(3296.0),
-            amx_int8: Some(6203.0),
-        };
-        let bf16 = Kind::Bf16F32;
-        // bf16 widened on FMAs (Intel without AMX): the FMA, not `vdpbf16ps`.
-        assert_eq!(
-            bounding_probe(bf16, Some(DotIsa::Avx512), &p),
-            ("FMA", 176.0)
-        );
-        assert_eq!(
-            bounding_probe(bf16, Some(DotIsa::Avx512Bf16), &p),
-            ("vdpbf16ps", 87.0)
-        );
-        assert_eq!(
-            bounding_probe(bf16, Some(DotIsa::Amx), &p),
-            ("tdpbf16ps", 3296.0)
-        );
-        let qd8 = Kind::Qd8F32Qc8w;
-        assert_eq!(
-            bounding_probe(qd8, Some(DotIsa::Avx512Vnni), &p),
-            ("vpdpbusd", 759.0)
-        );
-        assert_eq!(
-            bounding_probe(qd8, Some(DotIsa::Amx), &p),
-            ("tdpbusd", 6203.0)
-        );
-        assert_eq!(
-            bounding_probe(Kind::F32Qc8w, Some(DotIsa::Avx512), &p),
-            ("FMA", 176.0)
-        );
-        // No AMX probe (a CPU without AMX): the dot product.
-        let no_amx = Probes {
-            amx_bf16: None,
-            amx_int8: None,
-            ..p
-        };
-        assert_eq!(
-            bounding_probe(qd8, Some(DotIsa::Amx), &no_amx),
-            ("vpdpbusd", 759.0)
-        );
-    }
 }
