@@ -76,20 +76,22 @@ pub(crate) unsafe fn rows(
     lda: usize,
     rows: *mut RowQuant,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, DotIsa::Avx512Vnni | DotIsa::Amx) {
+        // SAFETY: forwarded (caller); both ISAs imply AVX-512F/BW/VL.
+        return unsafe { avx512::rows(m, k, x, ldx, a, lda, rows) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     let kp = k.next_multiple_of(4);
     for r in 0..m {
         // SAFETY: row r of each buffer is in bounds (caller).
         unsafe {
-            let src = x.add(r * ldx);
             let dst = a.add(r * lda);
-            let q = match isa {
-                #[cfg(target_arch = "x86_64")]
-                DotIsa::Avx512Vnni | DotIsa::Amx => avx512::row(src, k, dst),
-                _ => row_scalar(
-                    core::slice::from_raw_parts(src, k),
-                    core::slice::from_raw_parts_mut(dst, k),
-                ),
-            };
+            let q = row_scalar(
+                core::slice::from_raw_parts(x.add(r * ldx), k),
+                core::slice::from_raw_parts_mut(dst, k),
+            );
             core::ptr::write_bytes(dst.add(k), 0, kp - k);
             rows.add(r).write(q);
         }
@@ -106,18 +108,74 @@ mod avx512 {
         ((1u32 << n.min(16)) - 1) as __mmask16
     }
 
-    /// [`super::row_scalar`] with AVX-512: the same f32 operations (multiply, round to
-    /// nearest-even by `vcvtps2dq` under the default MXCSR, add, clamp by saturation), so
-    /// bit-identical. (The i32 sum cannot overflow: `|x · inv_scale| <= 255` for a finite
-    /// row, and a non-finite row has an unspecified result anyway.)
+    /// Rows quantized together: their ranges first, then their bytes. A row's range ends in
+    /// a serial chain (reductions, the division in `params`) that the next row's range loop
+    /// hides, and no quantizing loop waits on one. At most [`GROUP`] rows, within
+    /// [`GROUP_BYTES`] of input so that it stays in L1 between the two passes while the
+    /// next group's is prefetched.
+    const GROUP: usize = 8;
+    const GROUP_BYTES: usize = 16 << 10;
+
+    /// [`super::rows`] with AVX-512.
     ///
     /// # Safety
-    /// `x` holds `k` floats, `out` `k` writable bytes; the CPU has AVX-512F/BW/VL.
+    /// As [`super::rows`], and the CPU has AVX-512F/BW/VL.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn row(x: *const f32, k: usize, out: *mut u8) -> RowQuant {
-        // Masked loads and stores touch only the first `k` elements (masked-off lanes
-        // neither fault nor write).
-        // SAFETY: every access is within `x[..k]` or `out[..k]`.
+    pub(super) unsafe fn rows(
+        m: usize,
+        k: usize,
+        x: *const f32,
+        ldx: usize,
+        a: *mut u8,
+        lda: usize,
+        rows: *mut RowQuant,
+    ) {
+        let kp = k.next_multiple_of(4);
+        let group = (GROUP_BYTES / (4 * k.max(1))).clamp(1, GROUP);
+        let mut q = [(0i32, 0f32); GROUP];
+        let mut r0 = 0;
+        while r0 < m {
+            let g = group.min(m - r0);
+            for (i, q) in q[..g].iter_mut().enumerate() {
+                let r = r0 + i;
+                // The same row of the next group, while this one's input is in L1.
+                let ahead = if r + group < m {
+                    x.wrapping_add((r + group) * ldx)
+                } else {
+                    core::ptr::null()
+                };
+                // SAFETY: row r of the input is in bounds (caller); `ahead` is only prefetched.
+                let (lo, hi) = unsafe { range(x.add(r * ldx), k, ahead) };
+                *q = params(lo, hi);
+            }
+            for (i, &(zp, inv)) in q[..g].iter().enumerate() {
+                let r = r0 + i;
+                // SAFETY: row r of each buffer is in bounds (caller).
+                unsafe {
+                    let dst = a.add(r * lda);
+                    quantize(x.add(r * ldx), k, dst, zp, inv);
+                    core::ptr::write_bytes(dst.add(k), 0, kp - k);
+                    rows.add(r).write(RowQuant {
+                        zpu: zp + 128,
+                        scale: 1.0 / inv,
+                    });
+                }
+            }
+            r0 += g;
+        }
+    }
+
+    /// The smallest and largest of `x[..k]` and 0, prefetching into L1 the first
+    /// `k` rounded down to 64 floats from `ahead` unless it is NULL (any address: a
+    /// prefetch never faults).
+    ///
+    /// # Safety
+    /// `x` holds `k` floats; the CPU has AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn range(x: *const f32, k: usize, ahead: *const f32) -> (f32, f32) {
+        // Masked loads touch only the first `k` elements (masked-off lanes do not fault).
+        // SAFETY: every load is within `x[..k]`; prefetches never fault.
         unsafe {
             // Four independent min and max chains over 64 values a step (the latency of
             // `vminps`), then the masked tail (its masked-off lanes are 0, always in range).
@@ -125,6 +183,11 @@ mod avx512 {
             let mut hi = [_mm512_setzero_ps(); 4];
             let mut i = 0;
             while i + 64 <= k {
+                if !ahead.is_null() {
+                    for j in 0..4 {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(i + 16 * j).cast());
+                    }
+                }
                 for j in 0..4 {
                     let v = _mm512_loadu_ps(x.add(i + 16 * j));
                     lo[j] = _mm512_min_ps(lo[j], v);
@@ -140,41 +203,161 @@ mod avx512 {
             }
             let lo = _mm512_min_ps(_mm512_min_ps(lo[0], lo[1]), _mm512_min_ps(lo[2], lo[3]));
             let hi = _mm512_max_ps(_mm512_max_ps(hi[0], hi[1]), _mm512_max_ps(hi[2], hi[3]));
-            let (zp, inv) = params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi));
+            (_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi))
+        }
+    }
+
+    /// [`super::row_scalar`]'s quantizing loop with AVX-512: the same f32 operations
+    /// (multiply, round to nearest-even by `vcvtps2dq` under the default MXCSR, add, clamp
+    /// by saturation), so bit-identical. (The i32 sum cannot overflow: `|x · inv| <= 255`
+    /// for a finite row, and a non-finite row has an unspecified result anyway.)
+    ///
+    /// # Safety
+    /// `x` holds `k` floats, `out` `k` writable bytes; the CPU has AVX-512F/BW/VL.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn quantize(x: *const f32, k: usize, out: *mut u8, zp: i32, inv: f32) {
+        // Masked loads and stores touch only the first `k` elements (masked-off lanes
+        // neither fault nor write).
+        // SAFETY: every access is within `x[..k]` or `out[..k]`.
+        unsafe {
             let vinv = _mm512_set1_ps(inv);
-            let vzp = _mm512_set1_epi32(zp);
+            // `clamp(q + zp, -128, 127) + 128` is `clamp(q + zp + 128, 0, 255)`: the stored
+            // byte straight from an unsigned saturation, no sign flip.
+            let vzpu = _mm512_set1_epi32(zp + 128);
             let q = |i: usize| {
                 _mm512_add_epi32(
                     _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x.add(i)), vinv)),
-                    vzp,
+                    vzpu,
                 )
             };
-            // 64 values a step: two saturating packs (i32 → i16 → i8: the clamp to
-            // [-128, 127]) interleave the four vectors by 128-bit lane, `vpermd` restores
-            // their order, flipping the sign bit adds 128.
-            let flip = _mm512_set1_epi8(-128);
+            // 64 values a step: a signed pack to i16 (exact: `|q + zp + 128| < 2^15`) and an
+            // unsigned saturating pack to u8 interleave the four vectors by 128-bit lane,
+            // `vpermd` restores their order.
             let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
             let mut i = 0;
             while i + 64 <= k {
                 let ab = _mm512_packs_epi32(q(i), q(i + 16));
                 let cd = _mm512_packs_epi32(q(i + 32), q(i + 48));
-                let u = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(ab, cd));
-                _mm512_storeu_si512(out.add(i).cast(), _mm512_xor_si512(u, flip));
+                let u = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(ab, cd));
+                _mm512_storeu_si512(out.add(i).cast(), u);
                 i += 64;
             }
-            // `vpmovsdb` saturates the same way.
-            let flip = _mm_set1_epi8(-128);
+            // Clamped below at 0, `vpmovusdb` saturates above at 255.
+            let zero = _mm512_setzero_si512();
             while i < k {
                 let mk = mask(k - i);
                 let v = _mm512_maskz_loadu_ps(mk, x.add(i));
-                let q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, vinv)), vzp);
-                let u = _mm_xor_si128(_mm512_cvtsepi32_epi8(q), flip);
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, vinv)), vzpu);
+                let u = _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, zero));
                 _mm_mask_storeu_epi8(out.add(i).cast(), mk, u);
                 i += 16;
             }
-            RowQuant {
-                zpu: zp + 128,
-                scale: 1.0 / inv,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Extremes whose rounded products land one past the clamp: `(low end, high end)`, found
+    /// by search. Low: `lo · inv` rounds to -129 - zp; high: `hi · inv` to 128 - zp.
+    const PAST_LOW: (f32, f32) = (f32::from_bits(0xbfe0_9f2e), f32::from_bits(0x415f_24dd));
+    const PAST_HIGH: (f32, f32) = (f32::from_bits(0xc116_3334), f32::from_bits(0x406a_1965));
+
+    /// Row `r` of length `k`: mixed signs, one sign only, zeros, a constant, an outlier,
+    /// values on the rounding ties of their row's scale, and rows that saturate at either
+    /// end (both in the 64-value steps and in the last value, a tail when `k % 16 != 0`), by `r`.
+    fn row(r: usize, k: usize, seed: &mut u32) -> Vec<f32> {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 17;
+            *seed ^= *seed << 5;
+            (*seed >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
+        };
+        (0..k)
+            .map(|i| match r % 9 {
+                0 => next() * 3.0,
+                1 => next().abs() * 100.0 + 0.5,
+                2 => -next().abs() * 1e-3,
+                3 => 0.0,
+                4 => 2.5,
+                5 if i == k / 2 => 1e4,
+                5 => next(),
+                // Multiples of half a step of a row spanning [-1, 1]: ties of `x · inv_scale`.
+                6 => ((i % 511) as f32 - 255.0) / 255.0,
+                _ => {
+                    let (lo, hi) = if r % 9 == 7 { PAST_LOW } else { PAST_HIGH };
+                    let past = if r % 9 == 7 { lo } else { hi };
+                    match i {
+                        0 => lo + hi - past,
+                        _ if i == k - 1 || i % 64 == 3 => past,
+                        _ => 0.25 * (lo + hi),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_saturating_rows_reach_past_the_clamp() {
+        let past = |(lo, hi): (f32, f32), x: f32| {
+            let (zp, inv) = params(lo, hi);
+            (x * inv).round_ties_even() as i32 + zp
+        };
+        assert_eq!(past(PAST_LOW, PAST_LOW.0), -129);
+        assert_eq!(past(PAST_HIGH, PAST_HIGH.1), 128);
+    }
+
+    #[test]
+    fn the_simd_quantizer_writes_the_scalar_rule_s_bytes_padding_and_parameters() {
+        // Every K tail (1..=140), whole 64-value steps, long rows; 19 rows make groups of
+        // 8, 8 and 3 (or one row per group for long K), the last group without a row ahead.
+        let isas: Vec<DotIsa> = [DotIsa::Avx512Vnni, DotIsa::Amx]
+            .into_iter()
+            .filter(|i| i.is_supported())
+            .collect();
+        let mut seed = 0x2545_f491;
+        for k in (1..=140).chain([255, 256, 257, 512, 1000, 4099]) {
+            let (m, ldx) = (19, k + 5);
+            let x: Vec<f32> = (0..m)
+                .flat_map(|r| {
+                    let mut v = row(r, k, &mut seed);
+                    v.resize(ldx, f32::NAN);
+                    v
+                })
+                .collect();
+            let kp = k.next_multiple_of(4);
+            let lda = kp + 8;
+            let mut want = vec![0u8; m * lda];
+            let mut want_rows = vec![RowQuant::default(); m];
+            for r in 0..m {
+                want_rows[r] = row_scalar(&x[r * ldx..][..k], &mut want[r * lda..][..k]);
+                want[r * lda + kp..][..lda - kp].fill(0xa5);
+            }
+            for &isa in &isas {
+                let mut a = vec![0xa5u8; m * lda];
+                let mut rows_out = vec![RowQuant::default(); m];
+                // SAFETY: `x` holds m rows of k floats at stride ldx, `a` m rows of lda >= kp bytes, `rows_out` m entries; `isa` is supported.
+                unsafe {
+                    rows(
+                        isa,
+                        m,
+                        k,
+                        x.as_ptr(),
+                        ldx,
+                        a.as_mut_ptr(),
+                        lda,
+                        rows_out.as_mut_ptr(),
+                    )
+                };
+                for r in 0..m {
+                    let (got, exp) = (&a[r * lda..][..lda], &want[r * lda..][..lda]);
+                    let at = got.iter().zip(exp).position(|(g, e)| g != e);
+                    assert_eq!(at, None, "{isa} k={k} row {r}: byte {at:?}");
+                    assert_eq!(rows_out[r], want_rows[r], "{isa} k={k} row {r}: parameters");
+                }
             }
         }
     }
