@@ -90,6 +90,37 @@ pub(crate) unsafe fn qd8_prepare(job: &Job, rows: core::ops::Range<usize>) {
 /// # Safety
 /// As [`qd8_amx`] when `amx`, else as [`qd8`].
 unsafe fn qd8_with(job: &Job, amx: bool) {
+    if amx || job.k.div_ceil(4) > KC_QD8 {
+        // SAFETY: forwarded (caller).
+        unsafe { qd8_with_partials(job, amx) }
+    } else {
+        // One K block and no AMX block: every tile's sums start and end in registers, so
+        // no 64 KiB frame of partial sums, which every call probed page by page (batch 1
+        // ran up to 5% faster without it; docs/bench-history.md).
+        // SAFETY: forwarded (caller); with one K block and no AMX, `part` is never read or written.
+        unsafe { qd8_driver(job, false, core::ptr::null_mut()) }
+    }
+}
+
+/// [`qd8_with`] with its partial sums on this frame's stack.
+///
+/// # Safety
+/// As [`qd8_with`].
+#[inline(never)]
+unsafe fn qd8_with_partials(job: &Job, amx: bool) {
+    // Uninitialized: the first K block of every tile writes its rows before any read.
+    let mut part = core::mem::MaybeUninit::<Partial>::uninit();
+    // SAFETY: forwarded (caller); `part` holds QD8_MC rows of NR_QD8 i32, 64-byte aligned.
+    unsafe { qd8_driver(job, amx, part.as_mut_ptr().cast()) }
+}
+
+/// The driver of [`qd8_with`], its partial sums at `part`.
+///
+/// # Safety
+/// As [`qd8_with`]; `part` holds [`QD8_MC`] rows of [`NR_QD8`] writable i32, 64-byte
+/// aligned, or is NULL when `!amx` and K is one block ([`KC_QD8`] words or fewer).
+#[inline(always)]
+unsafe fn qd8_driver(job: &Job, amx: bool, part: *mut i32) {
     use amx::{BLOCK_ROWS, STEP_WORDS};
     let panel = panel_bytes(Kind::Qd8F32Qc8w, NR_QD8, job.k);
     let panels = job.n.div_ceil(NR_QD8);
@@ -106,9 +137,6 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
     // their partial sums within the stack buffer.
     let chunk = (QD8_A_BYTES / job.lda).clamp(MR_QD8, QD8_MC);
     let prefetch = blocked_prefetches(job.m, MR_QD8, panel * panels);
-    // Uninitialized: the first K block of every tile writes its rows before any read.
-    let mut part = core::mem::MaybeUninit::<Partial>::uninit();
-    let part = part.as_mut_ptr().cast::<i32>();
     let blocks = words.div_ceil(KC_QD8);
     let x_line = 64 / size_of::<f32>();
     let mut r0 = 0;
@@ -248,7 +276,8 @@ unsafe fn qd8_with(job: &Job, amx: bool) {
                             } else {
                                 core::ptr::null()
                             },
-                            part: part.add(m0 * NR_QD8),
+                            // Not dereferenced when NULL (one K block).
+                            part: part.wrapping_add(m0 * NR_QD8),
                             ..Blk::panel(job, base, nvalid)
                         };
                         qd8_tile(mr, &b);
