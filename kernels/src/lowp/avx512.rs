@@ -1,5 +1,7 @@
 //! AVX-512 low-precision microkernels: up to 8 rows × 32 columns (16 zmm accumulators, A
-//! broadcast straight from its rows), masked stores for the N edge.
+//! broadcast straight from its rows), masked stores for the N edge; `f32_qc8w` up to 12
+//! rows (24 accumulators), since its weights are widened at every k and a taller tile
+//! shares each widening among more FMAs.
 //!
 //! * `bf16`: AVX512-BF16 `vdpbf16ps`: each instruction adds, per f32 lane, the two products
 //!   of a bf16 pair of A (broadcast) with the pair of W packed for that column. The products
@@ -166,11 +168,19 @@ unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
 }
 
 /// # Safety
-/// `t` describes valid buffers (see `lowp::run`), `1 <= mr <= 8`, and the CPU has
+/// `t` describes valid buffers (see `lowp::run`), `1 <= mr <= 12`, and the CPU has
 /// AVX-512F.
 pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     // SAFETY: forwarded (caller).
-    unsafe { by_rows!(f32_qc8w_n, mr, t) }
+    unsafe {
+        match mr {
+            9 => f32_qc8w_n::<9, false>(t),
+            10 => f32_qc8w_n::<10, false>(t),
+            11 => f32_qc8w_n::<11, false>(t),
+            12 => f32_qc8w_n::<12, false>(t),
+            _ => by_rows!(f32_qc8w_n, mr, t),
+        }
+    }
 }
 
 /// # Safety
