@@ -210,6 +210,27 @@ pub(crate) fn blocked_prefetches(m: usize, from_rows: usize, packed: usize) -> b
 /// Measure: `cargo xtask bench --op qd8_f32_qc8w --shapes 256x512x2048,512x512x2048`
 pub(crate) const QD8_MC: usize = 256;
 
+/// f32_qc8w on AVX-512: batches from this many rows (two row tiles) widen each K block of
+/// the weights once per row chunk (`lowp::blocked::f32_qc8w`); fewer widen them at every k
+/// in the tile, since one tile a chunk would widen as often plus a round trip through L1.
+/// Measure: `cargo xtask bench --op f32_qc8w --shapes 8x512x512,12x1024x1024,16x1024x1024,24x1024x1024`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_BLOCKED_FROM: usize = 16;
+
+/// f32_qc8w blocked: k values per widened K block (a 32 KiB f32 slice of a panel); 128 and
+/// 512 measured no better. Measure: `cargo xtask bench --op f32_qc8w`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_KC: usize = 256;
+
+/// f32_qc8w blocked: most rows per chunk (every row tile of a chunk reads each widened
+/// slice); 48 measured lower, 192 the same. Measure: `cargo xtask bench --op f32_qc8w`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_MC: usize = 96;
+
+/// f32_qc8w blocked: most bytes of A per chunk, so it stays in L2 while the panels pass.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_A_BYTES: usize = 1 << 20;
+
 /// bf16 on AMX: most rows per chunk (a multiple of 32), within [`AMX_A_BYTES`] of A; as
 /// [`QD8_MC`], 256 beat 128 and 512 on the Xeon.
 /// Measure: `cargo xtask bench --op bf16_f32 --shapes 512x512x512,256x512x2048`

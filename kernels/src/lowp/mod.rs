@@ -21,7 +21,8 @@
 //!   `vdpbf16ps` is half-rate) and `qd8_f32_qc8w` on AVX512-VNNI, the compute-bound paths,
 //!   run the K-blocked driver of `blocked/`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
 //!   accumulators, the packed weights streamed once per row chunk, partial sums kept
-//!   between K blocks (see its docs).
+//!   between K blocks (see its docs). So does `f32_qc8w` on AVX-512 from 16 rows, each K
+//!   block of its int8 weights widened to f32 once per row chunk.
 //! * Every other (kind, ISA) runs [`run`]'s driver: N blocks of 256 KiB of packed weights
 //!   (kept in L2 while every row tile of the batch passes over them), balanced row tiles of
 //!   at most MR rows, and the full K in one microkernel call, epilogue included (no K
@@ -52,6 +53,8 @@ pub(crate) use pack::{pack_bf16, pack_f32_qc8w, pack_qd8, panel_bytes, panel_byt
 pub(crate) use parallel::run_in;
 
 use crate::gemm::row_tiles;
+#[cfg(target_arch = "x86_64")]
+use crate::tuning::F32_QC8W_BLOCKED_FROM;
 use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};
 
 /// Per-row quantization of a qd8 activation row as the kernels read it: the zero point
@@ -174,6 +177,10 @@ pub(crate) unsafe fn run(job: &Job) {
         (Kind::Qd8F32Qc8w, DotIsa::Amx) => return unsafe { blocked::qd8_amx(job) },
         // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
         (Kind::Bf16F32, DotIsa::Amx) => return unsafe { blocked::bf16_amx(job) },
+        (Kind::F32Qc8w, DotIsa::Avx512) if job.m >= F32_QC8W_BLOCKED_FROM => {
+            // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
+            return unsafe { blocked::f32_qc8w(job) };
+        }
         _ => {}
     }
     let s = shape(job.kind, job.isa);

@@ -4,7 +4,7 @@
 use core::arch::x86_64::*;
 
 use super::super::{DotIsa, Job, Kind, panel_bytes, shape};
-use super::{Blk, Tiles, lanes};
+use super::{Blk, Tiles, lanes, start32};
 use crate::tuning::blocked_prefetches;
 
 /// bf16: columns per panel (the packing's NR on AVX-512).
@@ -164,18 +164,10 @@ unsafe fn bf16_n<const R: usize, const U: usize>(b: &Blk) {
     // A: R rows of 2·steps floats at stride lda; the slice: steps rows of 128 bytes; C: R rows of nvalid floats; the header's first 32 floats are the biases.
     // SAFETY: every load and store below stays inside those; prefetches never fault.
     unsafe {
-        // Chain 0 starts from the bias (first block: the C loads are masked off entirely)
-        // or from the partial sums in C; the other chains from zero.
-        let p = b.panel.cast::<f32>();
-        let bias = [_mm512_load_ps(p), _mm512_load_ps(p.add(16))];
-        let m = if b.first { 0 } else { b.nvalid };
-        let start = |r: usize, h: usize| {
-            let c = b.c.add(r * b.ldc).wrapping_add(16 * h);
-            _mm512_mask_loadu_ps(bias[h], lanes(m.saturating_sub(16 * h)), c)
-        };
+        // Chain 0 starts from the bias or the partial sums in C; the other chains from zero.
         let mut acc = [[[_mm512_setzero_ps(); 2]; R]; U];
         for r in 0..R {
-            acc[0][r] = [start(r, 0), start(r, 1)];
+            acc[0][r] = start32(b, r);
         }
         let hi = _mm512_set1_epi32(0xffff_0000u32 as i32);
         let x = |r: usize, s: usize, h: usize| {

@@ -1,5 +1,5 @@
-//! The K-blocked AVX-512 driver and microkernels of `bf16_f32` (widened to f32 and FMA) and
-//! `qd8_f32_qc8w` (AVX512-VNNI `vpdpbusd`), the compute-bound paths. Tiles hold 24 zmm
+//! The K-blocked AVX-512 driver and microkernels of `bf16_f32` (widened to f32 and FMA),
+//! `qd8_f32_qc8w` (AVX512-VNNI `vpdpbusd`) and batches of `f32_qc8w`, the compute-bound paths. Tiles hold 24 zmm
 //! accumulators, A operands are broadcast straight from memory (a load, no shuffle port),
 //! and one or two rows (batch 1 or 2, bound by memory) split each accumulator into four or
 //! two independent chains.
@@ -37,12 +37,20 @@
 //!   sums, and the VNNI microkernel applies the epilogue; the rows left over (under 16) run
 //!   the VNNI path. Bit-identical to the VNNI and scalar kernels.
 //!
+//! * f32_qc8w on AVX-512 from [`F32_QC8W_BLOCKED_FROM`](crate::tuning::F32_QC8W_BLOCKED_FROM)
+//!   rows: in chunks of up to 96 rows (their A within 1 MiB), panel by panel, each K block of
+//!   256 int8 weights a column is widened to f32 into a 32 KiB slice on the stack, which
+//!   every 12-row tile of the chunk reads (FMAs only, where the tile kernel spends a seventh
+//!   of its FMA ports widening); partial sums in C between K blocks, the last block scales
+//!   and clamps. The same FMA chain per output as the tile kernel, so the same bits.
+//!
 //! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
 //! into L2, one line a step each (two tiles for bf16, four for qd8: measured here, better
 //! than one tile prefetching whole steps), except for the fewest rows (see [`blocked_prefetches`](crate::tuning::blocked_prefetches)).
 
 mod bf16;
 mod bf16_amx;
+mod f32_qc8w;
 mod qd8;
 #[cfg(test)]
 mod tests;
@@ -53,6 +61,7 @@ use super::{Job, RowQuant};
 
 pub(super) use bf16::bf16;
 pub(super) use bf16_amx::bf16_amx;
+pub(super) use f32_qc8w::f32_qc8w;
 pub(super) use qd8::{NR_QD8, qd8, qd8_amx, qd8_prepare};
 
 /// One microkernel call: `mr` rows × one panel's K slice.
@@ -172,6 +181,31 @@ impl PrefetchRows {
                 self.row += 1;
             }
         }
+    }
+}
+
+/// Row `r`'s starting sums of a 32-column f32 tile: the panel's first 32 floats (its biases)
+/// in the first K block, else the row's partial sums in C (masked to the valid columns).
+///
+/// # Safety
+/// `b.panel` starts with 32 floats, 64-byte aligned; unless `b.first`, row `r` of `b.c`
+/// holds `b.nvalid` floats; the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn start32(b: &Blk, r: usize) -> [__m512; 2] {
+    let m = if b.first { 0 } else { b.nvalid };
+    let p = b.panel.cast::<f32>();
+    // Masked-off lanes are not read (all of them in the first block).
+    // SAFETY: the biases and row r's valid columns are in bounds (caller).
+    unsafe {
+        let c = b.c.add(r * b.ldc);
+        core::array::from_fn(|h| {
+            _mm512_mask_loadu_ps(
+                _mm512_load_ps(p.add(16 * h)),
+                lanes(m.saturating_sub(16 * h)),
+                c.wrapping_add(16 * h),
+            )
+        })
     }
 }
 

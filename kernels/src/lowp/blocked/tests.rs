@@ -2,8 +2,9 @@ use keepalloc_allocators::{AllocatorTable, System};
 
 use crate::selftest::values;
 use crate::{
-    DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedQd8F32Qc8w,
-    FullyConnectedQd8F32Qc8wDesc, bf16_from_f32, bf16_to_f32,
+    DotIsa, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedF32Qc8w,
+    FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w, FullyConnectedQd8F32Qc8wDesc,
+    bf16_from_f32, bf16_to_f32,
 };
 
 static SYSTEM: System = System;
@@ -168,5 +169,55 @@ fn qd8_matches_scalar(isa: DotIsa, m: usize, k: usize, n: usize) {
             b.to_bits(),
             "{isa} {m}x{k}x{n} output {i}: {a} against {b}"
         );
+    }
+}
+
+#[test]
+fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
+    // A batch from F32_QC8W_BLOCKED_FROM rows takes the blocked driver; the same rows run
+    // ten at a time take the tile kernel (one chain per output, as the blocked one). 100
+    // rows: two row chunks (96, 4); K = 600: three K blocks (256, 256, 88); N = 70: an N
+    // edge; strided rows; clamped and unbounded.
+    use crate::tuning::{F32_QC8W_BLOCKED_FROM, F32_QC8W_KC, F32_QC8W_MC};
+    if !DotIsa::Avx512.is_supported() {
+        return;
+    }
+    let (m, k, n, lda, ldc) = (100, 600, 70, 603, 75);
+    assert!(m > F32_QC8W_MC && k > 2 * F32_QC8W_KC && 10 < F32_QC8W_BLOCKED_FROM);
+    let x = values(11, m * lda);
+    let w: Vec<i8> = values(12, n * k)
+        .iter()
+        .map(|&v| (v * 127.0) as i8)
+        .collect();
+    let scales: Vec<f32> = values(13, n)
+        .iter()
+        .map(|v| v.abs() / 64.0 + 1e-3)
+        .collect();
+    let bias = values(14, n);
+    for (lo, hi) in [(-2.0, 3.0), (f32::NEG_INFINITY, f32::INFINITY)] {
+        let op = FullyConnectedF32Qc8w::create_with_table(
+            &TABLE,
+            &FullyConnectedF32Qc8wDesc::new(k, n, &w, &scales)
+                .with_bias(&bias)
+                .with_strides(lda, ldc)
+                .with_range(lo, hi)
+                .with_isa(DotIsa::Avx512),
+        )
+        .unwrap();
+        let mut blocked = vec![f32::NAN; (m - 1) * ldc + n];
+        op.run(m, &x, &mut blocked).unwrap();
+        let mut tiles = vec![f32::NAN; (m - 1) * ldc + n];
+        for r0 in (0..m).step_by(10) {
+            op.run(10, &x[r0 * lda..], &mut tiles[r0 * ldc..]).unwrap();
+        }
+        for (i, (a, b)) in blocked.iter().zip(&tiles).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "[{lo}, {hi}] output {i} (row {}, column {}): {a} against {b}",
+                i / ldc,
+                i % ldc
+            );
+        }
     }
 }
