@@ -484,6 +484,7 @@ pub fn run(
     let mut all_ok = true;
     let mut tables = String::new();
     let mut json_ops = Vec::new();
+    let mut pauses = Vec::new();
     for &kind in kinds {
         let mut rows = Vec::new();
         for &(m, k, n) in shapes {
@@ -511,14 +512,12 @@ pub fn run(
                 .iter()
                 .map(|&lib| (lib, runner(kind, lib, &d, xnn, pool.as_ref())))
                 .collect();
-            let medians = crate::timing::median_gflops(
-                &mut runners,
-                &mut out,
-                flops,
-                budget,
-                Duration::ZERO,
-                |_| None,
-            );
+            // On a pool, each batch waits for the other library's workers to stop spinning.
+            let pause = crate::timing::pause_for(threads);
+            let medians =
+                crate::timing::median_gflops(&mut runners, &mut out, flops, budget, pause, |_| {
+                    None
+                });
             let reference = d.reference(kind);
             let mut u8s8_reference = None;
             let mut requantized_reference = None;
@@ -585,6 +584,11 @@ pub fn run(
                 roof,
             });
         }
+        pauses.extend(
+            rows.iter()
+                .flat_map(|r| r.cells.iter().filter_map(|c| c.1.as_ref().ok()))
+                .flat_map(|m| m.pause_ms.iter().copied()),
+        );
         let isa = keepalloc_isa(kind);
         let probes = Probes {
             bf16: bf16_peak,
@@ -724,6 +728,11 @@ pub fn run(
          an AVX-512 pass, before its u8s8 matmul)"
     );
     println!("({})", crate::output::ratio_method());
+    if threads > 1
+        && let Some(line) = crate::timing::pause_report(pauses)
+    {
+        println!("{line}");
+    }
     if all_ok {
         println!("all outputs match their f64 references");
     }

@@ -26,6 +26,7 @@ use keepalloc_xnnpack::current::{F32Fc, Geometry, Library, Threadpool};
 
 use crate::peers::{Aligned, Data, Runner};
 use crate::stats::{Measured, Paired, paired_ratio};
+use crate::timing::{QUIESCE, pause_report};
 use crate::verify::check;
 
 /// A column of the table.
@@ -195,10 +196,6 @@ impl Row {
     }
 }
 
-/// The least pause before each library's samples in every round; the pause then lasts until
-/// every other thread of the process sleeps (`probe::quiesce`, see `run`).
-const QUIESCE: Duration = Duration::from_millis(2);
-
 /// Runs the comparison; writes JSON to `json` if given.
 pub fn run(
     threads: usize,
@@ -300,20 +297,12 @@ pub fn run(
     }
     let probe = probe.best(Probe::take(threads));
     print_table(&rows, threads, &peers);
-    let mut pauses: Vec<f64> = rows
-        .iter()
-        .flat_map(|r| r.cells.iter().filter_map(|c| c.1.as_ref().ok()))
-        .flat_map(|m| m.pause_ms.iter().copied())
-        .collect();
-    let busy = pauses.iter().filter(|p| p.is_nan()).count();
-    pauses.retain(|p| !p.is_nan());
-    pauses.sort_by(f64::total_cmp);
-    if let (Some(mid), Some(max)) = (pauses.get(pauses.len() / 2), pauses.last()) {
-        println!(
-            "pause before each batch, until no other thread of the process was runnable: median \
-             {mid:.1} ms, longest {max:.1} ms; {busy} batches after a pause that never got there \
-             (not steady)"
-        );
+    if let Some(line) = pause_report(
+        rows.iter()
+            .flat_map(|r| r.cells.iter().filter_map(|c| c.1.as_ref().ok()))
+            .flat_map(|m| m.pause_ms.iter().copied()),
+    ) {
+        println!("{line}");
     }
     println!(
         "FMA peak (probe, best of the run): {:.1} GFLOPS on one core, {:.1} on {threads} at once: \

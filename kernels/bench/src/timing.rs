@@ -15,6 +15,33 @@ pub(crate) const ROUNDS: usize = 11;
 /// How long a runner runs untimed after a pause, before its batch (see `median_gflops`).
 pub(crate) const WARM_UP: Duration = Duration::from_millis(8);
 
+/// The least pause before each library's samples in every round of a multi-threaded
+/// comparison; the pause then lasts until every other thread of the process sleeps
+/// (`probe::quiesce`): a pool's worker still spinning after the previous library's batch
+/// (GNU OpenMP's, oneDNN's, spins for milliseconds) would take a core from the next one.
+pub(crate) const QUIESCE: Duration = Duration::from_millis(2);
+
+/// The pause before each batch of a comparison on `threads` threads: [`QUIESCE`] on more
+/// than one (each library's pool then has its own workers), none on one.
+pub(crate) fn pause_for(threads: usize) -> Duration {
+    if threads > 1 { QUIESCE } else { Duration::ZERO }
+}
+
+/// The line that reports `pauses`, the pauses before some batches in ms (NaN: the process
+/// never went idle), `None` without any.
+pub(crate) fn pause_report(pauses: impl IntoIterator<Item = f64>) -> Option<String> {
+    let mut pauses: Vec<f64> = pauses.into_iter().collect();
+    let busy = pauses.iter().filter(|p| p.is_nan()).count();
+    pauses.retain(|p| !p.is_nan());
+    pauses.sort_by(f64::total_cmp);
+    let (mid, max) = (pauses.get(pauses.len() / 2)?, pauses.last()?);
+    Some(format!(
+        "pause before each batch, until no other thread of the process was runnable: median \
+         {mid:.1} ms, longest {max:.1} ms; {busy} batches after a pause that never got there \
+         (not steady)"
+    ))
+}
+
 /// A batch of samples is steady when every core's probe, just before and just after it,
 /// read at least this share of the best one-core probe of the run ([`probe::core_speeds`]).
 /// On this VM a core in a slow phase reads 60-100 GFLOPS against 130-155 in a normal one.
@@ -170,6 +197,14 @@ pub(crate) fn round_order(round: usize, n: usize) -> impl Iterator<Item = usize>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_multi_threaded_comparisons_wait_for_other_pools() {
+        // Without the pause, oneDNN's OpenMP worker, still spinning after its batch, took
+        // the second core from keepalloc's pool in 3 of 8 two-thread runs at 1x4096x4096.
+        assert_eq!(pause_for(1), Duration::ZERO);
+        assert!(pause_for(2) >= QUIESCE && !QUIESCE.is_zero());
+    }
     use crate::peers::Lib;
 
     #[test]
