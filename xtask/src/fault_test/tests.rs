@@ -114,15 +114,14 @@ fn a_cell_mutant_must_be_asked_for_and_caught() {
     let harness = fake_harness("mutant");
     let env = [("FAKE_MUTANT", "rebuild_in_place")];
     let plain = options(&[], &env);
-    assert!(
-        execute(&harness, &plain)
-            .unwrap_err()
-            .contains("--cell-mutant rebuild_in_place")
-    );
+    let err = execute(&harness, &plain).unwrap_err();
+    assert!(err.contains("--cell-mutant rebuild_in_place"), "{err}");
     let other = options(&["--cell-mutant", "drop_on_failure"], &env);
-    assert!(execute(&harness, &other).unwrap_err().contains("stale"));
+    let err = execute(&harness, &other).unwrap_err();
+    assert!(err.contains("stale"), "{err}");
     let stale = options(&["--cell-mutant", "rebuild_in_place"], &[]);
-    assert!(execute(&harness, &stale).unwrap_err().contains("stale"));
+    let err = execute(&harness, &stale).unwrap_err();
+    assert!(err.contains("stale"), "{err}");
 
     let o = options(&["--cell-mutant", "rebuild_in_place"], &env);
     let (rows, report) = execute(&harness, &o).unwrap();
