@@ -63,8 +63,8 @@ pub(crate) fn malloc(size: usize) -> *mut c_void {
     if heap.is_null() {
         return malloc_first(size);
     }
-    // SAFETY: `heap` is mimalloc's main heap, which lives as long as the process and may be
-    // used from any thread (mimalloc 3: each thread allocates from its own part of it).
+    // mimalloc 3: each thread allocates from its own part of the main heap.
+    // SAFETY: `heap` is mimalloc's main heap, alive for the process, usable from any thread.
     unsafe { mi_heap_malloc(heap, size) }
 }
 

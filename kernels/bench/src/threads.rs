@@ -484,6 +484,7 @@ impl Probe {
 // what a runtime would use to run keepalloc on the pool it gives XNNPACK).
 
 #[cfg(have_pthreadpool)]
+// SAFETY: the signatures are pthreadpool.h's (`pthreadpool_t` as an opaque pointer).
 unsafe extern "C" {
     fn pthreadpool_create(threads: usize) -> *mut c_void;
     fn pthreadpool_destroy(pool: *mut c_void);
