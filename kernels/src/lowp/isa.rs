@@ -129,14 +129,16 @@ pub(crate) fn choose(kind: Kind, requested: Option<DotIsa>) -> Result<DotIsa, Ke
             }
         },
     };
-    if !isa.is_supported() {
-        return Err(KernelError::UnsupportedDotIsa { isa });
-    }
+    // A kind without a kernel for `isa` is refused the same way on every CPU; only then
+    // does this CPU's support decide.
     if !kernels(kind).contains(&isa) {
         return Err(KernelError::NoKernel {
             isa,
             op: kind.name(),
         });
+    }
+    if !isa.is_supported() {
+        return Err(KernelError::UnsupportedDotIsa { isa });
     }
     Ok(isa)
 }

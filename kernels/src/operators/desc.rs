@@ -100,6 +100,8 @@ impl<'a, K: FcKind> FcDesc<'a, K> {
     }
 
     /// Forces an instruction set (supported by this CPU, with a kernel for this kind).
+    /// `create` refuses one with no kernel for the kind with `NoKernel` on every CPU, and
+    /// then one this CPU lacks with `UnsupportedDotIsa` (or `UnsupportedIsa` for f32).
     pub fn with_isa(mut self, isa: K::Isa) -> Self {
         self.isa = Some(isa);
         self
