@@ -9,7 +9,9 @@
 //! allocator, which is fine for measuring and comparing (adoption is [`crate::adopt`]'s job).
 //!
 //! Each operator is created, packed and reshaped once; `run` sets it up again only when the
-//! caller's buffers move, as a runtime does, and runs it. Errors name the call that failed.
+//! caller's buffers move, as a runtime does, and runs it. Errors ([`CallFailed`]) name the call
+//! that failed and keep its status, so a caller can tell a CPU the library has no kernel for
+//! (`xnn_status_unsupported_hardware`) from a real failure.
 
 mod operators;
 mod subgraph;
@@ -178,7 +180,7 @@ impl Operator {
     ///
     /// # Safety
     /// The operator was reshaped with `pool` and set up on buffers that are still alive.
-    unsafe fn run_on(&self, pool: *mut c_void) -> Result<(), String> {
+    unsafe fn run_on(&self, pool: *mut c_void) -> Result<(), CallFailed> {
         // SAFETY: the caller's promise; `pool` is NULL or a live pthreadpool of this library.
         check("xnn_run_operator", unsafe {
             (self.xnn.run_operator)(self.op, pool)
@@ -197,13 +199,40 @@ pub struct Geometry {
     pub m: usize,
 }
 
-fn check(what: &str, status: XnnStatus) -> Result<(), String> {
+fn check(what: &str, status: XnnStatus) -> Result<(), CallFailed> {
     ffi::status(status).map_err(|status| failed(what, status))
 }
 
 /// The error of `what`, which returned `status`.
-fn failed(what: &str, status: XnnStatus) -> String {
-    format!("{what} failed: xnn_status {status}")
+fn failed(what: &str, status: XnnStatus) -> CallFailed {
+    CallFailed {
+        what: what.to_owned(),
+        status,
+    }
+}
+
+/// An XNNPACK call that returned an error status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} failed: xnn_status {status}")]
+pub struct CallFailed {
+    /// The call (`create bf16_f32`, `xnn_run_operator`, ...).
+    pub what: String,
+    /// What it returned.
+    pub status: XnnStatus,
+}
+
+impl CallFailed {
+    /// XNNPACK has no kernel for this operator on this CPU (bf16_f32 without AVX512-BF16,
+    /// say): a fact about the machine, not a failure of the call.
+    pub fn is_unsupported_hardware(&self) -> bool {
+        self.status == ffi::XNN_STATUS_UNSUPPORTED_HARDWARE
+    }
+}
+
+impl From<CallFailed> for String {
+    fn from(e: CallFailed) -> String {
+        e.to_string()
+    }
 }
 
 /// The (input, output) an operator was last set up on: each runner calls `setup` only when

@@ -3,7 +3,7 @@
 
 use core::ffi::c_void;
 
-use super::{Bound, Geometry, Library, Operator, Threadpool, UNBOUND, check, failed};
+use super::{Bound, CallFailed, Geometry, Library, Operator, Threadpool, UNBOUND, check, failed};
 use crate::ffi::current::{
     CreateFullyConnected, CreateFullyConnectedNcQc8w, QuantizationParams, ReshapeFullyConnected,
     SetupFullyConnected, XNN_EXTRA_QUANTIZATION_PARAMS,
@@ -47,7 +47,7 @@ unsafe fn create_dense<W>(
     create: CreateFullyConnected<W>,
     w: *const W,
     bias: &[f32],
-) -> Result<Operator, String> {
+) -> Result<Operator, CallFailed> {
     let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
     // SAFETY: the caller's promise.
     unsafe { create_fully_connected(create, g.k, g.n, w, bias.as_ptr(), lo, hi) }
@@ -65,7 +65,7 @@ fn create_qc8w(
     w: &[i8],
     scales: &[f32],
     bias: &[f32],
-) -> Result<Operator, String> {
+) -> Result<Operator, CallFailed> {
     assert!(w.len() >= g.k * g.n && bias.len() >= g.n && scales.len() >= g.n);
     let mut op = core::ptr::null_mut();
     // SAFETY: w is n × k, scales and bias n floats (copied into packed weights); no weights cache; a valid out-pointer.
@@ -114,7 +114,7 @@ impl<X> Reshaped<X> {
         reshape: ReshapeFullyConnected,
         setup: SetupFullyConnected<X>,
         name: &'static str,
-    ) -> Result<Reshaped<X>, String> {
+    ) -> Result<Reshaped<X>, CallFailed> {
         // SAFETY: a live operator; the caller's promise about `pool`.
         check(&format!("reshape {name}"), unsafe {
             reshape(op.op, g.m, pool)
@@ -131,7 +131,7 @@ impl<X> Reshaped<X> {
 
     /// `x` holds m × k inputs (`T` has the size of the operator's input element) plus
     /// `XNN_EXTRA_BYTES`; `y` m × n floats.
-    fn run<T>(&mut self, x: &[T], y: &mut [f32]) -> Result<(), String> {
+    fn run<T>(&mut self, x: &[T], y: &mut [f32]) -> Result<(), CallFailed> {
         let g = self.g;
         assert!(
             size_of_val(x) >= g.m * g.k * size_of::<T>() + XNN_EXTRA_BYTES && y.len() >= g.m * g.n
@@ -160,7 +160,7 @@ impl F32Fc {
         g: Geometry,
         w: &[f32],
         bias: &[f32],
-    ) -> Result<F32Fc, String> {
+    ) -> Result<F32Fc, CallFailed> {
         F32Fc::with_pool(xnn, g, w, bias, None)
     }
 
@@ -175,7 +175,7 @@ impl F32Fc {
         w: &[f32],
         bias: &[f32],
         pool: Option<Threadpool>,
-    ) -> Result<F32Fc, String> {
+    ) -> Result<F32Fc, CallFailed> {
         assert!(w.len() >= g.k * g.n && bias.len() >= g.n);
         let pool = match pool {
             Some(p) => {
@@ -196,7 +196,7 @@ impl F32Fc {
     }
 
     /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
-    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), CallFailed> {
         self.0.run(x, y)
     }
 }
@@ -211,7 +211,7 @@ impl Bf16Fc {
         g: Geometry,
         w: &[u16],
         bias: &[f32],
-    ) -> Result<Bf16Fc, String> {
+    ) -> Result<Bf16Fc, CallFailed> {
         assert!(w.len() >= g.k * g.n && bias.len() >= g.n);
         let create = xnn.create_fully_connected_nc_bf16_f32;
         // SAFETY: w is n × k bf16 values and bias n floats (asserted).
@@ -226,7 +226,7 @@ impl Bf16Fc {
     }
 
     /// `x` holds m × k bf16 values plus `XNN_EXTRA_BYTES`; `y` m × n floats.
-    pub fn run(&mut self, x: &[u16], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[u16], y: &mut [f32]) -> Result<(), CallFailed> {
         self.0.run(x, y)
     }
 }
@@ -243,7 +243,7 @@ impl F32Qc8wFc {
         w: &[i8],
         scales: &[f32],
         bias: &[f32],
-    ) -> Result<F32Qc8wFc, String> {
+    ) -> Result<F32Qc8wFc, CallFailed> {
         let create = xnn.create_fully_connected_nc_f32_qc8w;
         let op = create_qc8w(xnn, g, "f32_qc8w", create, w, scales, bias)?;
         let (reshape, setup) = (
@@ -256,7 +256,7 @@ impl F32Qc8wFc {
     }
 
     /// `x` holds m × k floats plus `XNN_EXTRA_BYTES`; `y` m × n floats.
-    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), CallFailed> {
         self.0.run(x, y)
     }
 }
@@ -289,7 +289,7 @@ impl Qd8Fc {
         w: &[i8],
         scales: &[f32],
         bias: &[f32],
-    ) -> Result<Qd8Fc, String> {
+    ) -> Result<Qd8Fc, CallFailed> {
         let create = xnn.create_fully_connected_nc_qd8_f32_qc8w;
         let fc = create_qc8w(xnn, g, "qd8_f32_qc8w", create, w, scales, bias)?;
         let null = core::ptr::null_mut();
@@ -322,7 +322,7 @@ impl Qd8Fc {
 
     /// The whole operator path: quantize `x` (m × k floats plus `XNN_EXTRA_BYTES`) with
     /// XNNPACK's convert, then the FC into `y` (m × n).
-    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), CallFailed> {
         let g = self.g;
         assert!(x.len() * 4 >= g.m * g.k * 4 + XNN_EXTRA_BYTES && y.len() >= g.m * g.n);
         if self.bound.0 != x.as_ptr().cast() {

@@ -1,6 +1,6 @@
 //! XNNPACK's subgraph path for a dynamically quantized fully-connected layer.
 
-use super::{Geometry, Library, check};
+use super::{CallFailed, Geometry, Library, check};
 use crate::ffi::current::{XNN_DATATYPE_QCINT8, XNN_DATATYPE_QDINT8};
 use crate::ffi::{
     ExternalValue, XNN_DATATYPE_FP32, XNN_EXTRA_BYTES, XNN_INVALID_VALUE_ID,
@@ -42,7 +42,7 @@ impl<'a> Qd8Subgraph<'a> {
         w: &'a [i8],
         scales: &'a [f32],
         bias: &'a [f32],
-    ) -> Result<Qd8Subgraph<'a>, String> {
+    ) -> Result<Qd8Subgraph<'a>, CallFailed> {
         assert!(w.len() >= g.k * g.n && bias.len() >= g.n && scales.len() >= g.n);
         let mut subgraph = core::ptr::null_mut();
         // SAFETY: a valid out-pointer.
@@ -164,7 +164,7 @@ impl<'a> Qd8Subgraph<'a> {
     }
 
     /// One inference: `x` holds m × k floats plus `XNN_EXTRA_BYTES`, `y` m × n.
-    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), String> {
+    pub fn run(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), CallFailed> {
         let g = self.g;
         assert!(x.len() * 4 >= g.m * g.k * 4 + XNN_EXTRA_BYTES && y.len() >= g.m * g.n);
         if self.bound != (x.as_ptr(), y.as_mut_ptr()) {

@@ -30,6 +30,8 @@ pub type XnnStatus = c_int;
 pub const XNN_STATUS_SUCCESS: XnnStatus = 0;
 /// `xnn_status_uninitialized`.
 pub const XNN_STATUS_UNINITIALIZED: XnnStatus = 1;
+/// `xnn_status_unsupported_hardware`: no kernel for this operator on this CPU.
+pub const XNN_STATUS_UNSUPPORTED_HARDWARE: XnnStatus = 5;
 /// `Ok` for [`XNN_STATUS_SUCCESS`], else the status as the error.
 pub fn status(status: XnnStatus) -> Result<(), XnnStatus> {
     if status == XNN_STATUS_SUCCESS {
