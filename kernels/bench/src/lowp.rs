@@ -8,7 +8,7 @@
 //! output is checked against the f64 reference of the operator's dequantized arithmetic
 //! with the tolerance of `kernels/tests/common/lowp.rs` (all rows up to 2^28 multiply-adds,
 //! 8 evenly spaced rows above); a mismatch fails the run. The same run measures the peak of
-//! `vdpbf16ps` / `vpdpbusd` (and the FMA peak) before and between the shapes, keeping the
+//! `vdpbf16ps` / `vpdpbusd` / `vpmaddwd` (and the FMA peak) before and between the shapes, keeping the
 //! best. Debian's 2022 XNNPACK has none of these operators (its header predates them), so it
 //! has no column.
 
@@ -18,175 +18,17 @@ use std::time::Duration;
 use keepalloc_kernels::{
     DotIsa, FullyConnected, FullyConnectedBf16F32, FullyConnectedBf16F32Desc, FullyConnectedDesc,
     FullyConnectedF32Qc8w, FullyConnectedF32Qc8wDesc, FullyConnectedQd8F32Qc8w,
-    FullyConnectedQd8F32Qc8wDesc, Parallel, ThreadPool, bf16_from_f32, bf16_to_f32, quantize_qd8,
+    FullyConnectedQd8F32Qc8wDesc, Parallel, ThreadPool,
 };
 use keepalloc_xnnpack::current::{Bf16Fc, F32Qc8wFc, Geometry, Library, Qd8Fc, Qd8Subgraph};
 
+use crate::lowp_data::Data;
 pub use crate::lowp_kind::Kind;
 use crate::onednn::{self, Matmul, OneDnn, Quantizer, Weights};
 use crate::peak::{Probes, amx_name, bounding_probe};
 use crate::peers::Aligned;
 use crate::probe::{self, DotPeak};
 use crate::stats::{Measured, paired_ratio};
-
-/// One shape's data.
-struct Data {
-    m: usize,
-    k: usize,
-    n: usize,
-    /// m × k f32 (plus XNN_EXTRA_BYTES), 64-byte aligned as a runtime's tensors are.
-    x: Aligned<f32>,
-    /// m × k bf16 (plus slack), 64-byte aligned.
-    xb: Aligned<u16>,
-    /// n × k.
-    wb: Vec<u16>,
-    /// n × k.
-    w8: Vec<i8>,
-    scales: Vec<f32>,
-    bias: Vec<f32>,
-    /// m × k: `x` quantized per tensor to u8 (`tensor_q`), oneDNN's pre-quantized input.
-    xq: Aligned<u8>,
-    /// `(scale, zero point)` of `xq`.
-    tensor_q: (f32, i32),
-}
-
-impl Data {
-    fn new(m: usize, k: usize, n: usize) -> Data {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ ((m * 31 + k) * 131 + n) as u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let mut unit = || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-        let mut x: Vec<f32> = (0..m * k).map(|_| unit()).collect();
-        x.extend([0.0; 16]);
-        let xb = Aligned::copied(&x.iter().map(|&v| bf16_from_f32(v)).collect::<Vec<u16>>());
-        let x = Aligned::copied(&x);
-        let wb = (0..n * k).map(|_| bf16_from_f32(unit())).collect();
-        let w8 = (0..n * k).map(|_| (unit() * 127.0) as i8).collect();
-        let scales = (0..n).map(|_| (unit().abs() + 0.01) / 128.0).collect();
-        let bias = (0..n).map(|_| unit()).collect();
-        let tensor_q = onednn::tensor_params(&x[..m * k]);
-        let q: Vec<u8> = x[..m * k]
-            .iter()
-            .map(|&v| {
-                ((v / tensor_q.0).round_ties_even() + tensor_q.1 as f32).clamp(0.0, 255.0) as u8
-            })
-            .collect();
-        Data {
-            m,
-            k,
-            n,
-            x,
-            xb,
-            wb,
-            w8,
-            scales,
-            bias,
-            xq: Aligned::copied(&q),
-            tensor_q,
-        }
-    }
-
-    /// The rows whose outputs are checked.
-    fn rows(&self) -> Vec<usize> {
-        if self.m * self.k * self.n <= 1 << 28 || self.m <= 8 {
-            (0..self.m).collect()
-        } else {
-            (0..8).map(|i| i * (self.m - 1) / 7).collect()
-        }
-    }
-
-    /// oneDNN's u8s8 on `xq`: `(row, value, tolerance)` per checked output. The i32 sums
-    /// are exact; with `requantized`, the input was quantized in the run by oneDNN's
-    /// reorder, whose rounding may differ from ours by one step per value.
-    fn reference_u8s8(&self, requantized: bool) -> Vec<(usize, Vec<(f64, f64)>)> {
-        let eps = f32::EPSILON as f64;
-        let (k, n) = (self.k, self.n);
-        let (sx, zp) = (self.tensor_q.0 as f64, self.tensor_q.1 as i64);
-        self.rows()
-            .into_iter()
-            .map(|r| {
-                let q = &self.xq[r * k..(r + 1) * k];
-                let vals = (0..n)
-                    .map(|j| {
-                        let w = &self.w8[j * k..(j + 1) * k];
-                        let s: i64 = q
-                            .iter()
-                            .zip(w)
-                            .map(|(&a, &b)| (a as i64 - zp) * b as i64)
-                            .sum();
-                        let abs_w: i64 = w.iter().map(|&b| (b as i64).abs()).sum();
-                        let ws = self.scales[j] as f64;
-                        let b = self.bias[j] as f64;
-                        let v = s as f64 * sx * ws;
-                        let step = if requantized {
-                            sx * ws * abs_w as f64
-                        } else {
-                            0.0
-                        };
-                        (v + b, 4.0 * eps * (v.abs() + b.abs()) + step)
-                    })
-                    .collect();
-                (r, vals)
-            })
-            .collect()
-    }
-
-    /// `(row, value, tolerance)` per checked output, the rules of the kernels' tests.
-    fn reference(&self, kind: Kind) -> Vec<(usize, Vec<(f64, f64)>)> {
-        let eps = f32::EPSILON as f64;
-        let (k, n) = (self.k, self.n);
-        let mut q = vec![0i8; k];
-        self.rows()
-            .into_iter()
-            .map(|r| {
-                let row = &self.x[r * k..(r + 1) * k];
-                let p = quantize_qd8(row, &mut q);
-                let vals = (0..n)
-                    .map(|j| {
-                        let b = self.bias[j] as f64;
-                        let w = |kk: usize| j * k + kk;
-                        match kind {
-                            Kind::Bf16F32 => {
-                                let (mut s, mut t) = (0.0, 0.0);
-                                for kk in 0..k {
-                                    let v = bf16_to_f32(self.xb[r * k + kk]) as f64
-                                        * bf16_to_f32(self.wb[w(kk)]) as f64;
-                                    s += v;
-                                    t += f64::abs(v);
-                                }
-                                (s + b, (k as f64 + 2.0) * eps * (t + b.abs()))
-                            }
-                            Kind::Qd8F32Qc8w => {
-                                let mut s = 0i64;
-                                for (kk, &qv) in q.iter().enumerate() {
-                                    s += (qv as i64 - p.zero_point as i64) * self.w8[w(kk)] as i64;
-                                }
-                                let v = s as f64 * p.scale as f64 * self.scales[j] as f64;
-                                (v + b, 2.0 * eps * (v.abs() + b.abs()))
-                            }
-                            Kind::F32Qc8w => {
-                                let (mut s, mut t) = (0.0, 0.0);
-                                for (kk, &xv) in row.iter().enumerate() {
-                                    let v = xv as f64 * self.w8[w(kk)] as f64;
-                                    s += v;
-                                    t += f64::abs(v);
-                                }
-                                let ws = self.scales[j] as f64;
-                                let v = ws * (s + b);
-                                (v, eps * ((k as f64 + 2.0) * ws * (t + b.abs()) + v.abs()))
-                            }
-                        }
-                    })
-                    .collect();
-                (r, vals)
-            })
-            .collect()
-    }
-}
 
 /// One column of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -470,6 +312,7 @@ pub fn run(
     );
     let mut bf16_peak = probe::dot_peak(DotPeak::Bf16).unwrap_or(0.0);
     let mut vnni_peak = probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0);
+    let mut madd_peak = probe::dot_peak(DotPeak::Madd).unwrap_or(0.0);
     let mut amx_bf16_peak = probe::dot_peak(DotPeak::AmxBf16);
     let mut amx_int8_peak = probe::dot_peak(DotPeak::AmxInt8);
     let l2 = probe::l2_bytes();
@@ -481,6 +324,8 @@ pub fn run(
         None => println!("L2 per core: unknown (the memory roof is shown for batch 1 only)"),
     }
     let mut fma_peak = probe::fma_peak();
+    // Without VNNI, oneDNN's u8s8 is checked against its saturating arithmetic.
+    let saturates = !onednn::has_vnni();
     let mut all_ok = true;
     let mut tables = String::new();
     let mut json_ops = Vec::new();
@@ -530,12 +375,10 @@ pub fn run(
                         // The f32 baseline rounds its products differently: twice the rule.
                         let factor = if *lib == Lib::KeepallocF32 { 2.0 } else { 1.0 };
                         let reference = match lib {
-                            Lib::OneDnnU8s8 => {
-                                u8s8_reference.get_or_insert_with(|| d.reference_u8s8(false))
-                            }
-                            Lib::OneDnnQuant => {
-                                requantized_reference.get_or_insert_with(|| d.reference_u8s8(true))
-                            }
+                            Lib::OneDnnU8s8 => u8s8_reference
+                                .get_or_insert_with(|| d.reference_u8s8(false, saturates)),
+                            Lib::OneDnnQuant => requantized_reference
+                                .get_or_insert_with(|| d.reference_u8s8(true, saturates)),
                             _ => &reference,
                         };
                         let ok = reference.iter().all(|(r, vals)| {
@@ -563,6 +406,7 @@ pub fn run(
                 }
                 Kind::Qd8F32Qc8w => {
                     vnni_peak = vnni_peak.max(probe::dot_peak(DotPeak::Vnni).unwrap_or(0.0));
+                    madd_peak = madd_peak.max(probe::dot_peak(DotPeak::Madd).unwrap_or(0.0));
                     amx_int8_peak = max_of(amx_int8_peak, probe::dot_peak(DotPeak::AmxInt8));
                 }
                 Kind::F32Qc8w => fma_peak = fma_peak.max(probe::fma_peak()),
@@ -593,6 +437,7 @@ pub fn run(
         let probes = Probes {
             bf16: bf16_peak,
             vnni: vnni_peak,
+            madd: madd_peak,
             fma: fma_peak,
             amx_bf16: amx_bf16_peak,
             amx_int8: amx_int8_peak,
@@ -600,12 +445,16 @@ pub fn run(
         let (peak_name, peak) = bounding_probe(kind, isa, &probes);
         let amx_peak = probes.amx(kind);
         let (dot_name, dot) = probes.dot(kind);
-        let mut peaks = format!("{dot_name} peak probe {dot:.1} GOPS");
+        let mut peaks = if dot > 0.0 {
+            format!("{dot_name} peak probe {dot:.1} GOPS")
+        } else {
+            format!("no {dot_name} on this CPU")
+        };
         if let Some(amx) = amx_peak {
             let _ = write!(peaks, ", {} (AMX) peak probe {amx:.1} GOPS", amx_name(kind));
         }
-        if peak_name == "FMA" && dot_name != "FMA" {
-            let _ = write!(peaks, ", FMA peak probe {peak:.1} GFLOPS");
+        if peak_name != dot_name && amx_peak.is_none_or(|_| peak_name != amx_name(kind)) {
+            let _ = write!(peaks, ", {peak_name} peak probe {peak:.1} GOPS");
         }
         let on = if threads == 1 {
             "single thread".to_string()
@@ -654,7 +503,16 @@ pub fn run(
                     .iter()
                     .find(|c| c.0 == lib)
                     .map_or("-".to_string(), |c| match &c.1 {
-                        Ok(g) => format!("{:.1}{}", g.median, if c.2 { "" } else { "!" }),
+                        Ok(g) => {
+                            let sat =
+                                saturates && matches!(lib, Lib::OneDnnQuant | Lib::OneDnnU8s8);
+                            let mark = match (c.2, sat) {
+                                (false, _) => "!",
+                                (true, true) => "s",
+                                (true, false) => "",
+                            };
+                            format!("{:.1}{mark}", g.median)
+                        }
                         Err(_) => "skipped".into(),
                     })
             };
@@ -666,7 +524,8 @@ pub fn run(
                 cell(Lib::Keepalloc),
                 cell(Lib::Xnnpack),
                 ratio(row.ratio_to(Lib::Xnnpack)),
-                ours.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak_all)),
+                ours.filter(|_| peak_all > 0.0)
+                    .map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / peak_all)),
             );
             if kind == Kind::Qd8F32Qc8w {
                 // The faster XNNPACK path by median, paired by round.
@@ -711,11 +570,13 @@ pub fn run(
             }
             let _ = writeln!(tables, "{line}");
         }
-        if let Some((_, Err(why), _)) = rows
-            .first()
-            .and_then(|r| r.cells.iter().find(|c| c.0 == Lib::Xnnpack))
-        {
-            let _ = writeln!(tables, "XNNPACK-cur: {why}");
+        // Why a peer was skipped (a missing library, or no kernel on this CPU).
+        for (lib, why) in rows.first().into_iter().flat_map(|r| {
+            r.cells
+                .iter()
+                .filter_map(|c| c.1.as_ref().err().map(|why| (c.0, why)))
+        }) {
+            let _ = writeln!(tables, "{}: skipped, {why}", lib.name());
         }
     }
     print!("{tables}");
@@ -725,8 +586,15 @@ pub fn run(
     println!(
         "(oneDNN's int8 quantizes per tensor, keepalloc's and XNNPACK's qd8 per row; \
          oneDNN+quant times the input's quantization, by the faster of oneDNN's reorder and \
-         an AVX-512 pass, before its u8s8 matmul)"
+         an AVX-512 pass where the CPU has AVX-512, before its u8s8 matmul)"
     );
+    if saturates && kinds.contains(&Kind::Qd8F32Qc8w) {
+        println!(
+            "(s: this CPU has no VNNI, so oneDNN's u8s8 sums each pair of u8·s8 products in \
+             i16 with vpmaddubsw, which saturates (its documented int8 limitation); its \
+             outputs are checked against that saturating arithmetic, not the exact one)"
+        );
+    }
     println!("({})", crate::output::ratio_method());
     if threads > 1
         && let Some(line) = crate::timing::pause_report(pauses)
@@ -742,6 +610,7 @@ pub fn run(
         "onednn": {
             "version": OneDnn::get().ok().map(|d| d.version.clone()),
             "implementations": onednn::chosen_json(),
+            "u8s8_checked_as_saturating": saturates,
         },
     });
     (all_ok, json)
@@ -764,7 +633,7 @@ fn row_json(row: &Row, peak: f64) -> serde_json::Value {
         "shape": [m, k, n],
         "gops": libs,
         "keepalloc_over": ratios,
-        "keepalloc_share_of_peak": row.of(Lib::Keepalloc).map(|g| g.median / peak),
+        "keepalloc_share_of_peak": row.of(Lib::Keepalloc).filter(|_| peak > 0.0).map(|g| g.median / peak),
         "roof_gops": row.roof,
     })
 }

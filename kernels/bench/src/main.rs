@@ -20,6 +20,7 @@ mod chart;
 mod cli;
 mod f32_run;
 mod lowp;
+mod lowp_data;
 mod lowp_kind;
 mod onednn;
 mod output;

@@ -9,6 +9,8 @@ use crate::lowp_kind::Kind;
 pub struct Probes {
     pub bf16: f64,
     pub vnni: f64,
+    /// AVX2 `vpmaddwd` + `vpaddd`, the int8 kernels' instructions without VNNI.
+    pub madd: f64,
     pub fma: f64,
     pub amx_bf16: Option<f64>,
     pub amx_int8: Option<f64>,
@@ -45,11 +47,14 @@ pub fn amx_name(kind: Kind) -> &'static str {
 
 /// The instruction whose probe bounds keepalloc's `kind` on `isa`, and that probe: the tile
 /// multiply on AMX, the FMA where bf16 runs widened on FMAs (`DotIsa::Avx512`, chosen on
-/// Intel, where `vdpbf16ps` runs at half their rate), else the dot product.
+/// Intel, where `vdpbf16ps` runs at half their rate, and AVX2, which has no bf16
+/// arithmetic), `vpmaddwd` for int8 on AVX2 (no VNNI), else the dot product.
 pub fn bounding_probe(kind: Kind, isa: Option<DotIsa>, p: &Probes) -> (&'static str, f64) {
+    let widened = matches!(isa, Some(DotIsa::Avx512 | DotIsa::Avx2));
     match (isa, p.amx(kind)) {
         (Some(DotIsa::Amx), Some(amx)) => (amx_name(kind), amx),
-        _ if kind == Kind::Bf16F32 && isa == Some(DotIsa::Avx512) => ("FMA", p.fma),
+        _ if kind == Kind::Bf16F32 && widened => ("FMA", p.fma),
+        _ if kind == Kind::Qd8F32Qc8w && isa == Some(DotIsa::Avx2) => ("vpmaddwd", p.madd),
         _ => p.dot(kind),
     }
 }
@@ -63,6 +68,7 @@ mod tests {
         let p = Probes {
             bf16: 87.0,
             vnni: 759.0,
+            madd: 190.0,
             fma: 176.0,
             amx_bf16: Some(3296.0),
             amx_int8: Some(6203.0),
@@ -93,6 +99,12 @@ mod tests {
         assert_eq!(
             bounding_probe(Kind::F32Qc8w, Some(DotIsa::Avx512), &p),
             ("FMA", 176.0)
+        );
+        // AVX2 (no bf16 arithmetic, no VNNI): the FMA for bf16, vpmaddwd for int8.
+        assert_eq!(bounding_probe(bf16, Some(DotIsa::Avx2), &p), ("FMA", 176.0));
+        assert_eq!(
+            bounding_probe(qd8, Some(DotIsa::Avx2), &p),
+            ("vpmaddwd", 190.0)
         );
         // No AMX probe (a CPU without AMX): the dot product.
         let no_amx = Probes {

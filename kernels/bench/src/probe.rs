@@ -367,27 +367,26 @@ pub fn read_bandwidth(bytes: usize) -> f64 {
 
 /// Peak of the low-precision dot-product instructions on one core, in GOPS counted as the
 /// benchmark counts them (2 per multiply-add): `vdpbf16ps` zmm = 16 lanes × 2 products × 2
-/// = 64, `vpdpbusd` zmm = 16 lanes × 4 products × 2 = 128 per instruction. 24
-/// independent accumulators cover the latency; best of five runs. `None` when the CPU
-/// lacks the extension.
+/// = 64, `vpdpbusd` zmm = 16 lanes × 4 products × 2 = 128 per instruction, `vpmaddwd` ymm
+/// (with the `vpaddd` that accumulates it) = 8 lanes × 2 products × 2 = 32. 24 independent
+/// accumulators (12 on AVX2's 16 registers) cover the latency; best of five runs. `None`
+/// when the CPU lacks the extension.
 pub fn dot_peak(which: DotPeak) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
-        let ok = has!("avx512f")
-            && match which {
-                DotPeak::Bf16 => has!("avx512bf16"),
-                DotPeak::Vnni => has!("avx512vnni"),
-                // Also asks Linux for this process's tile state, once.
-                DotPeak::AmxBf16 | DotPeak::AmxInt8 => {
-                    keepalloc_kernels::DotIsa::Amx.is_supported()
-                }
-            };
+        let ok = match which {
+            DotPeak::Bf16 => has!("avx512f") && has!("avx512bf16"),
+            DotPeak::Vnni => has!("avx512f") && has!("avx512vnni"),
+            DotPeak::Madd => has!("avx2"),
+            // Also asks Linux for this process's tile state, once.
+            DotPeak::AmxBf16 | DotPeak::AmxInt8 => keepalloc_kernels::DotIsa::Amx.is_supported(),
+        };
         if !ok {
             return None;
         }
         let iters = match which {
-            DotPeak::Bf16 | DotPeak::Vnni => 5_000_000u64,
+            DotPeak::Bf16 | DotPeak::Vnni | DotPeak::Madd => 5_000_000u64,
             // About 16 cycles per tile multiply: a similar few milliseconds.
             DotPeak::AmxBf16 | DotPeak::AmxInt8 => 200_000,
         };
@@ -400,6 +399,7 @@ pub fn dot_peak(which: DotPeak) -> Option<f64> {
                         match which {
                             DotPeak::Bf16 => x86_dot::dpbf16_avx512(iters),
                             DotPeak::Vnni => x86_dot::dpbusd_avx512(iters),
+                            DotPeak::Madd => x86_dot::madd_avx2(iters),
                             DotPeak::AmxBf16 => x86_amx::tiles(iters, false),
                             DotPeak::AmxInt8 => x86_amx::tiles(iters, true),
                         }
@@ -423,6 +423,9 @@ pub enum DotPeak {
     Bf16,
     /// AVX512-VNNI `vpdpbusd`.
     Vnni,
+    /// AVX2 `vpmaddwd` + `vpaddd` (i16 pairs summed into i32), the int8 dot product of CPUs
+    /// without VNNI.
+    Madd,
     /// AMX-BF16 `tdpbf16ps` (16 × 16 × 32 multiply-adds per instruction).
     AmxBf16,
     /// AMX-INT8 `tdpbusd` (16 × 16 × 64 multiply-adds per instruction).
@@ -563,6 +566,24 @@ mod x86_dot {
         }
         black_box(acc);
         (iters * CHAINS as u64 * 128) as f64
+    }
+
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn madd_avx2(iters: u64) -> f64 {
+        // 12 accumulators and the operand fit AVX2's 16 ymm registers. Each multiply reads
+        // its own accumulator, so it cannot be hoisted out of the loop (the values wrap).
+        const YMM_CHAINS: usize = 12;
+        let b = _mm256_set1_epi16(black_box(-5));
+        let mut acc = [_mm256_set1_epi16(black_box(3)); YMM_CHAINS];
+        for _ in 0..iters {
+            for v in acc.iter_mut() {
+                *v = _mm256_add_epi32(*v, _mm256_madd_epi16(*v, b));
+            }
+        }
+        black_box(acc);
+        (iters * YMM_CHAINS as u64 * 32) as f64
     }
 }
 

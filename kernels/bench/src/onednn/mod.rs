@@ -21,16 +21,20 @@ use keepalloc_xnnpack::ffi::{Namespace, open, symbol};
 mod chosen;
 mod matmul;
 mod quantize;
+mod saturating;
 
 pub use chosen::{chosen_json, chosen_lines, f32_runner, record};
 pub use matmul::{Matmul, Weights};
 pub use quantize::{Quantizer, tensor_params};
+pub use saturating::{dot_u8s8_pairs_saturating, has_vnni};
 
 type Status = c_int;
 type Handle = *mut c_void;
 type Dims = [i64; 12];
 
 const SUCCESS: Status = 0;
+/// `dnnl_unimplemented`: no implementation of the primitive for these types on this CPU.
+const UNIMPLEMENTED: Status = 3;
 const ENGINE_CPU: c_int = 1;
 const STREAM_IN_ORDER: u32 = 1;
 const F32: c_int = 3;
@@ -111,10 +115,12 @@ unsafe impl Send for OneDnn {}
 unsafe impl Sync for OneDnn {}
 
 fn check(what: &str, status: Status) -> Result<(), String> {
-    if status == SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("oneDNN {what} failed: dnnl_status {status}"))
+    match status {
+        SUCCESS => Ok(()),
+        UNIMPLEMENTED => Err(format!(
+            "oneDNN has no implementation for this on this CPU ({what}: dnnl_unimplemented)"
+        )),
+        _ => Err(format!("oneDNN {what} failed: dnnl_status {status}")),
     }
 }
 
