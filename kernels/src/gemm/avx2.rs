@@ -1,6 +1,6 @@
-//! AVX2 + FMA microkernels: up to 6×16 tiles (12 ymm accumulators), edge tiles through a
-//! small stack tile (AMD's `vmaskmovps` stores are slow), and a 16-wide GEMV with eight
-//! independent accumulator chains.
+//! AVX2 + FMA microkernels: up to 6×16 tiles (12 ymm accumulators, A broadcast from its rows
+//! in place, no copy), edge tiles through a small stack tile (AMD's `vmaskmovps` stores are
+//! slow), and a 16-wide GEMV with eight independent accumulator chains.
 
 use core::arch::x86_64::*;
 

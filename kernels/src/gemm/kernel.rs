@@ -12,6 +12,8 @@ pub(crate) trait Kernel {
     const MR: usize;
     /// Columns per panel: the packing's NR.
     const NR: usize;
+    /// The kernel broadcasts A from its rows in place (see [`Shape::a_in_place`]).
+    const A_IN_PLACE: bool = false;
 }
 
 /// A kernel whose tile body is generic over its row count.
@@ -51,6 +53,7 @@ pub(crate) struct Avx512;
 impl Kernel for Avx512 {
     const MR: usize = 8;
     const NR: usize = 32;
+    const A_IN_PLACE: bool = true;
 }
 
 /// AVX2 + FMA: 6 × 16 (12 ymm accumulators).
@@ -58,6 +61,7 @@ pub(crate) struct Avx2;
 impl Kernel for Avx2 {
     const MR: usize = 6;
     const NR: usize = 16;
+    const A_IN_PLACE: bool = true;
 }
 
 /// NEON: 8 × 8.
@@ -109,7 +113,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             // weights would come from DRAM once per row tile, and N blocks (read from DRAM
             // once, then from L2) win.
             stream_below: 8 << 20,
-            a_in_place: true,
+            a_in_place: Avx512::A_IN_PLACE,
         },
         Isa::Avx2 => Shape {
             mr: Avx2::MR,
@@ -117,7 +121,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             kc: 256,
             nc: 16,
             stream_below: 0,
-            a_in_place: false,
+            a_in_place: Avx2::A_IN_PLACE,
         },
         Isa::Neon => Shape {
             mr: Neon::MR,

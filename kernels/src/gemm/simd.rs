@@ -47,8 +47,8 @@ pub(super) unsafe fn tile<S: TwoVectors, const NR: usize, const MR: usize>(t: &T
     const { assert!(NR == S::NR && NR.is_multiple_of(2)) };
     let half = NR / 2;
     let mut edge = EdgeTile::<NR, MR>::new();
-    // Whole body: B has kc rows of NR floats (64-byte aligned); packed A has kc * MR
-    // floats; `c` is either the caller's full C tile or the local edge tile, MR rows of
+    // Whole body: B has kc rows of NR floats (64-byte aligned); A is MR rows of kc floats
+    // at stride `lda` in place, or packed k-major (kc * MR floats); `c` is either the caller's full C tile or the local edge tile, MR rows of
     // NR columns at stride `ldc`.
     // SAFETY: every access stays inside the tiles described above; features on (caller).
     unsafe {
@@ -66,17 +66,19 @@ pub(super) unsafe fn tile<S: TwoVectors, const NR: usize, const MR: usize>(t: &T
                 *acc = [b0, b1];
             }
         }
+        // In place, row r is read at `a + r · lda` (broadcast loads, no copy of A).
+        let (row, step) = if S::A_IN_PLACE { (t.lda, 1) } else { (1, MR) };
         let mut a = t.a;
         let mut b = t.b;
         for _ in 0..t.kc {
             let b0 = S::load(b);
             let b1 = S::load(b.add(half));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = S::a(a.add(r));
+                let av = S::a(a.add(r * row));
                 acc[0] = S::fma(acc[0], av, b0);
                 acc[1] = S::fma(acc[1], av, b1);
             }
-            a = a.add(MR);
+            a = a.add(step);
             b = b.add(NR);
         }
         if t.clamp {
