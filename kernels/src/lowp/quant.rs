@@ -77,9 +77,16 @@ pub(crate) unsafe fn rows(
     rows: *mut RowQuant,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, DotIsa::Avx512Vnni | DotIsa::Amx) {
-        // SAFETY: forwarded (caller); both ISAs imply AVX-512F/BW/VL.
-        return unsafe { avx512::rows(m, k, x, ldx, a, lda, rows) };
+    match isa {
+        DotIsa::Avx512Vnni | DotIsa::Amx => {
+            // SAFETY: forwarded (caller); both ISAs imply AVX-512F/BW/VL.
+            return unsafe { avx512::rows(m, k, x, ldx, a, lda, rows) };
+        }
+        DotIsa::Avx2 | DotIsa::AvxVnni => {
+            // SAFETY: forwarded (caller); both ISAs imply AVX2.
+            return unsafe { avx2::rows(m, k, x, ldx, a, lda, rows) };
+        }
+        _ => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = isa;
@@ -98,23 +105,201 @@ pub(crate) unsafe fn rows(
     }
 }
 
+/// [`rows`]' arguments: `(m, k, x, ldx, a, lda, rows)`.
+#[cfg(target_arch = "x86_64")]
+type Rows = (
+    usize,
+    usize,
+    *const f32,
+    usize,
+    *mut u8,
+    usize,
+    *mut RowQuant,
+);
+
+/// Rows quantized together: their ranges first, then their bytes. A row's range ends in a
+/// serial chain (reductions, the division in `params`) that the next row's range loop
+/// hides, and no quantizing loop waits on one. At most [`GROUP`] rows, within
+/// [`GROUP_BYTES`] of input so that it stays in L1 between the two passes while the next
+/// group's is prefetched.
+#[cfg(target_arch = "x86_64")]
+const GROUP: usize = 8;
+#[cfg(target_arch = "x86_64")]
+const GROUP_BYTES: usize = 16 << 10;
+
+/// [`rows`] in groups, with an ISA's `range(x, k, ahead)` (the row's extremes and 0,
+/// prefetching the row at `ahead` unless NULL) and `quantize(x, k, out, zp, inv)`.
+/// Inlined into each ISA's entry, so both compile with its features.
+///
+/// # Safety
+/// As [`rows`] for `args`; `range` and `quantize` may be called on any row of them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn grouped(
+    (m, k, x, ldx, a, lda, rows): Rows,
+    range: impl Fn(*const f32, usize, *const f32) -> (f32, f32),
+    quantize: impl Fn(*const f32, usize, *mut u8, i32, f32),
+) {
+    let kp = k.next_multiple_of(4);
+    let group = (GROUP_BYTES / (4 * k.max(1))).clamp(1, GROUP);
+    let mut q = [(0i32, 0f32); GROUP];
+    let mut r0 = 0;
+    while r0 < m {
+        let g = group.min(m - r0);
+        for (i, q) in q[..g].iter_mut().enumerate() {
+            let r = r0 + i;
+            // The same row of the next group, while this one's input is in L1.
+            let ahead = if r + group < m {
+                x.wrapping_add((r + group) * ldx)
+            } else {
+                core::ptr::null()
+            };
+            // SAFETY: row r of the input is in bounds (caller); `ahead` is only prefetched.
+            let (lo, hi) = range(unsafe { x.add(r * ldx) }, k, ahead);
+            *q = params(lo, hi);
+        }
+        for (i, &(zp, inv)) in q[..g].iter().enumerate() {
+            let r = r0 + i;
+            // SAFETY: row r of each buffer is in bounds (caller).
+            unsafe {
+                let dst = a.add(r * lda);
+                quantize(x.add(r * ldx), k, dst, zp, inv);
+                core::ptr::write_bytes(dst.add(k), 0, kp - k);
+                rows.add(r).write(RowQuant {
+                    zpu: zp + 128,
+                    scale: 1.0 / inv,
+                });
+            }
+        }
+        r0 += g;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::*;
+
+    use super::{RowQuant, grouped};
+
+    /// [`super::rows`] with AVX2.
+    ///
+    /// # Safety
+    /// As [`super::rows`], and the CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn rows(
+        m: usize,
+        k: usize,
+        x: *const f32,
+        ldx: usize,
+        a: *mut u8,
+        lda: usize,
+        rows: *mut RowQuant,
+    ) {
+        // SAFETY: forwarded (caller); both passes run with this function's features.
+        unsafe {
+            grouped(
+                (m, k, x, ldx, a, lda, rows),
+                |x, k, ahead| range(x, k, ahead),
+                |x, k, out, zp, inv| quantize(x, k, out, zp, inv),
+            )
+        }
+    }
+
+    /// The smallest and largest of `x[..k]` and 0, prefetching into L1 the first `k`
+    /// rounded down to 32 floats from `ahead` unless it is NULL.
+    ///
+    /// # Safety
+    /// `x` holds `k` floats; the CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn range(x: *const f32, k: usize, ahead: *const f32) -> (f32, f32) {
+        // SAFETY: every load is within `x[..k]`; prefetches never fault.
+        unsafe {
+            // Four independent min and max chains over 32 values a step, then the tail.
+            let mut lo = [_mm256_setzero_ps(); 4];
+            let mut hi = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i + 32 <= k {
+                if !ahead.is_null() {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(i).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(i + 16).cast());
+                }
+                for j in 0..4 {
+                    let v = _mm256_loadu_ps(x.add(i + 8 * j));
+                    lo[j] = _mm256_min_ps(lo[j], v);
+                    hi[j] = _mm256_max_ps(hi[j], v);
+                }
+                i += 32;
+            }
+            let lo = _mm256_min_ps(_mm256_min_ps(lo[0], lo[1]), _mm256_min_ps(lo[2], lo[3]));
+            let hi = _mm256_max_ps(_mm256_max_ps(hi[0], hi[1]), _mm256_max_ps(hi[2], hi[3]));
+            let (mut l, mut h) = ([0f32; 8], [0f32; 8]);
+            _mm256_storeu_ps(l.as_mut_ptr(), lo);
+            _mm256_storeu_ps(h.as_mut_ptr(), hi);
+            let (mut l, mut h) = (
+                l.into_iter().fold(0f32, f32::min),
+                h.into_iter().fold(0f32, f32::max),
+            );
+            while i < k {
+                l = l.min(*x.add(i));
+                h = h.max(*x.add(i));
+                i += 1;
+            }
+            (l, h)
+        }
+    }
+
+    /// [`super::row_scalar`]'s quantizing loop with AVX2: the same f32 operations
+    /// (multiply, round to nearest-even by `vcvtps2dq` under the default MXCSR, add, clamp
+    /// by saturation), so bit-identical, as the AVX-512 one.
+    ///
+    /// # Safety
+    /// `x` holds `k` floats, `out` `k` writable bytes; the CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn quantize(x: *const f32, k: usize, out: *mut u8, zp: i32, inv: f32) {
+        // SAFETY: every access is within `x[..k]` or `out[..k]`.
+        unsafe {
+            let vinv = _mm256_set1_ps(inv);
+            // `clamp(q + zp, -128, 127) + 128` is `clamp(q + zp + 128, 0, 255)`: the stored
+            // byte straight from an unsigned saturation.
+            let vzpu = _mm256_set1_epi32(zp + 128);
+            let q = |i: usize| {
+                _mm256_add_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x.add(i)), vinv)),
+                    vzpu,
+                )
+            };
+            // 32 values a step: the signed pack to i16 (exact) and the unsigned saturating
+            // pack to u8 interleave the four vectors by 128-bit lane; `vpermd` restores
+            // their order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            let mut i = 0;
+            while i + 32 <= k {
+                let ab = _mm256_packs_epi32(q(i), q(i + 8));
+                let cd = _mm256_packs_epi32(q(i + 16), q(i + 24));
+                let u = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+                _mm256_storeu_si256(out.add(i).cast(), u);
+                i += 32;
+            }
+            while i < k {
+                let v = (*x.add(i) * inv).round_ties_even() as i32 + zp + 128;
+                *out.add(i) = v.clamp(0, 255) as u8;
+                i += 1;
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use core::arch::x86_64::*;
 
-    use super::{RowQuant, params};
+    use super::{RowQuant, grouped};
 
     fn mask(n: usize) -> __mmask16 {
         ((1u32 << n.min(16)) - 1) as __mmask16
     }
-
-    /// Rows quantized together: their ranges first, then their bytes. A row's range ends in
-    /// a serial chain (reductions, the division in `params`) that the next row's range loop
-    /// hides, and no quantizing loop waits on one. At most [`GROUP`] rows, within
-    /// [`GROUP_BYTES`] of input so that it stays in L1 between the two passes while the
-    /// next group's is prefetched.
-    const GROUP: usize = 8;
-    const GROUP_BYTES: usize = 16 << 10;
 
     /// [`super::rows`] with AVX-512.
     ///
@@ -130,38 +315,13 @@ mod avx512 {
         lda: usize,
         rows: *mut RowQuant,
     ) {
-        let kp = k.next_multiple_of(4);
-        let group = (GROUP_BYTES / (4 * k.max(1))).clamp(1, GROUP);
-        let mut q = [(0i32, 0f32); GROUP];
-        let mut r0 = 0;
-        while r0 < m {
-            let g = group.min(m - r0);
-            for (i, q) in q[..g].iter_mut().enumerate() {
-                let r = r0 + i;
-                // The same row of the next group, while this one's input is in L1.
-                let ahead = if r + group < m {
-                    x.wrapping_add((r + group) * ldx)
-                } else {
-                    core::ptr::null()
-                };
-                // SAFETY: row r of the input is in bounds (caller); `ahead` is only prefetched.
-                let (lo, hi) = unsafe { range(x.add(r * ldx), k, ahead) };
-                *q = params(lo, hi);
-            }
-            for (i, &(zp, inv)) in q[..g].iter().enumerate() {
-                let r = r0 + i;
-                // SAFETY: row r of each buffer is in bounds (caller).
-                unsafe {
-                    let dst = a.add(r * lda);
-                    quantize(x.add(r * ldx), k, dst, zp, inv);
-                    core::ptr::write_bytes(dst.add(k), 0, kp - k);
-                    rows.add(r).write(RowQuant {
-                        zpu: zp + 128,
-                        scale: 1.0 / inv,
-                    });
-                }
-            }
-            r0 += g;
+        // SAFETY: forwarded (caller); both passes run with this function's features.
+        unsafe {
+            grouped(
+                (m, k, x, ldx, a, lda, rows),
+                |x, k, ahead| range(x, k, ahead),
+                |x, k, out, zp, inv| quantize(x, k, out, zp, inv),
+            )
         }
     }
 
@@ -314,10 +474,15 @@ mod tests {
     fn the_simd_quantizer_writes_the_scalar_rule_s_bytes_padding_and_parameters() {
         // Every K tail (1..=140), whole 64-value steps, long rows; 19 rows make groups of
         // 8, 8 and 3 (or one row per group for long K), the last group without a row ahead.
-        let isas: Vec<DotIsa> = [DotIsa::Avx512Vnni, DotIsa::Amx]
-            .into_iter()
-            .filter(|i| i.is_supported())
-            .collect();
+        let isas: Vec<DotIsa> = [
+            DotIsa::Avx512Vnni,
+            DotIsa::Amx,
+            DotIsa::Avx2,
+            DotIsa::AvxVnni,
+        ]
+        .into_iter()
+        .filter(|i| i.is_supported())
+        .collect();
         let mut seed = 0x2545_f491;
         for k in (1..=140).chain([255, 256, 257, 512, 1000, 4099]) {
             let (m, ldx) = (19, k + 5);
