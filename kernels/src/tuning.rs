@@ -231,6 +231,38 @@ pub(crate) const F32_QC8W_MC: usize = 96;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const F32_QC8W_A_BYTES: usize = 1 << 20;
 
+/// bf16 on AVX2: batches from this many rows take the blocked driver (A and each panel's
+/// K block widened to f32 once, the f32 kernel on them). Measure: `cargo xtask bench --op
+/// bf16_f32` on a CPU without AVX-512.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const BF16_AVX2_BLOCKED_FROM: usize = 6;
+
+/// bf16 on AVX2 blocked: k values per K block (even; a panel's widened slice is `64 · KC`
+/// bytes, 16 KiB).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const BF16_AVX2_KC: usize = 256;
+
+/// bf16 on AVX2 blocked: most rows per chunk (their widened K block, `4 · MC · KC` bytes, is
+/// on the stack).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const BF16_AVX2_MC: usize = 48;
+
+/// qd8 on AVX2 (no VNNI): batches from this many rows take the blocked driver (A and each
+/// panel's K block widened to i16 once). Measure: `cargo xtask bench --op qd8_f32_qc8w`
+/// on a CPU without VNNI.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const QD8_AVX2_BLOCKED_FROM: usize = 6;
+
+/// qd8 on AVX2 blocked: k values per K block (a multiple of 4): a panel's block of i16
+/// weight pairs is `32 · KC` bytes (16 KiB), a tile's rows of A `12 · KC`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const QD8_AVX2_KC: usize = 512;
+
+/// qd8 on AVX2 blocked: most rows per chunk (their widened K block, `2 · MC · KC` bytes, is
+/// on the stack and in L2 while the panels pass).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const QD8_AVX2_MC: usize = 48;
+
 /// bf16 on AMX: most rows per chunk (a multiple of 32), within [`AMX_A_BYTES`] of A; as
 /// [`QD8_MC`], 256 beat 128 and 512 on the Xeon.
 /// Measure: `cargo xtask bench --op bf16_f32 --shapes 512x512x512,256x512x2048`

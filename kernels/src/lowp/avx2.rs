@@ -110,7 +110,7 @@ unsafe fn bf16_n<const MR: usize>(t: &Tile) {
 /// The panel has the qd8 header of 16 columns; `t.rows` has entry `r`; the CPU has AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn qd8_finish(t: &Tile, r: usize, v: [__m256i; 2]) {
+pub(super) unsafe fn qd8_finish(t: &Tile, r: usize, v: [__m256i; 2]) {
     // SAFETY: header slots 0..48 of the panel and row parameter r are in bounds (caller).
     unsafe {
         let p = t.panel.cast::<f32>();

@@ -22,7 +22,10 @@
 //!   run the K-blocked driver of `blocked/`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
 //!   accumulators, the packed weights streamed once per row chunk, partial sums kept
 //!   between K blocks (see its docs). So does `f32_qc8w` on AVX-512 from 16 rows, each K
-//!   block of its int8 weights widened to f32 once per row chunk.
+//!   block of its int8 weights widened to f32 once per row chunk. So does `qd8_f32_qc8w` on
+//!   AVX2 (no VNNI) from six rows: A and each panel's K block widened to i16 once, 6 × 16
+//!   tiles of `vpmaddwd`; and `bf16_f32` on AVX2 from six rows, widened to f32 for the f32
+//!   GEMM's AVX2 microkernel.
 //! * Every other (kind, ISA) runs [`run`]'s driver: N blocks of 256 KiB of packed weights
 //!   (kept in L2 while every row tile of the batch passes over them), balanced row tiles of
 //!   at most MR rows, and the full K in one microkernel call, epilogue included (no K
@@ -54,7 +57,7 @@ pub(crate) use parallel::run_in;
 
 use crate::gemm::row_tiles;
 #[cfg(target_arch = "x86_64")]
-use crate::tuning::F32_QC8W_BLOCKED_FROM;
+use crate::tuning::{BF16_AVX2_BLOCKED_FROM, F32_QC8W_BLOCKED_FROM, QD8_AVX2_BLOCKED_FROM};
 use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};
 
 /// Per-row quantization of a qd8 activation row as the kernels read it: the zero point
@@ -177,6 +180,15 @@ pub(crate) unsafe fn run(job: &Job) {
         (Kind::Qd8F32Qc8w, DotIsa::Amx) => return unsafe { blocked::qd8_amx(job) },
         // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
         (Kind::Bf16F32, DotIsa::Amx) => return unsafe { blocked::bf16_amx(job) },
+        (Kind::Bf16F32, DotIsa::Avx2) if job.m >= BF16_AVX2_BLOCKED_FROM => {
+            // SAFETY: as above; the panels are packed for NR = 16 (`shape`).
+            return unsafe { blocked::bf16_avx2(job) };
+        }
+        (Kind::Qd8F32Qc8w, DotIsa::Avx2) if job.m >= QD8_AVX2_BLOCKED_FROM => {
+            // SAFETY: as above; `run`'s caller quantized the rows (not in the driver on
+            // AVX2); the panels are packed for NR = 16 (`shape`).
+            return unsafe { blocked::qd8_avx2(job) };
+        }
         (Kind::F32Qc8w, DotIsa::Avx512) if job.m >= F32_QC8W_BLOCKED_FROM => {
             // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
             return unsafe { blocked::f32_qc8w(job) };

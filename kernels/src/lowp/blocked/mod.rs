@@ -1,5 +1,7 @@
 //! The K-blocked AVX-512 driver and microkernels of `bf16_f32` (widened to f32 and FMA),
-//! `qd8_f32_qc8w` (AVX512-VNNI `vpdpbusd`) and batches of `f32_qc8w`, the compute-bound paths. Tiles hold 24 zmm
+//! `qd8_f32_qc8w` (AVX512-VNNI `vpdpbusd`) and batches of `f32_qc8w`, the compute-bound paths,
+//! and the AVX2 ones of `bf16_f32` and `qd8_f32_qc8w` batches on CPUs without AVX-512 or VNNI
+//! (`bf16_avx2.rs`, `qd8_avx2.rs`). Tiles hold 24 zmm
 //! accumulators, A operands are broadcast straight from memory (a load, no shuffle port),
 //! and one or two rows (batch 1 or 2, bound by memory) split each accumulator into four or
 //! two independent chains.
@@ -44,14 +46,26 @@
 //!   of its FMA ports widening); partial sums in C between K blocks, the last block scales
 //!   and clamps. The same FMA chain per output as the tile kernel, so the same bits.
 //!
+//! * bf16 on AVX2 from [`BF16_AVX2_BLOCKED_FROM`](crate::tuning::BF16_AVX2_BLOCKED_FROM)
+//!   rows: in chunks of up to 48 rows and K blocks of 256, A is widened to f32 on the stack,
+//!   then each panel's K block of weights into f32 rows, and the f32 GEMM's 6 × 16 AVX2
+//!   microkernel runs on them (partial sums in C). The same FMA chains as the tile kernel.
+//! * qd8 on AVX2 without VNNI from [`QD8_AVX2_BLOCKED_FROM`](crate::tuning::QD8_AVX2_BLOCKED_FROM)
+//!   rows: in chunks of up to 48 rows and K blocks of 512, A is widened to i16 on the stack,
+//!   then each panel's K block of weights into i16 pairs, which every 6 × 16 tile reads
+//!   (`vpmaddwd` + `vpaddd` only); i32 partial sums in C between K blocks, the tile kernel's
+//!   epilogue at the last. Bit-identical to the tile and scalar kernels.
+//!
 //! Above 1 MiB of packed weights the first row tiles of each slice prefetch the next slice
 //! into L2, one line a step each (two tiles for bf16, four for qd8: measured here, better
 //! than one tile prefetching whole steps), except for the fewest rows (see [`blocked_prefetches`](crate::tuning::blocked_prefetches)).
 
 mod bf16;
 mod bf16_amx;
+mod bf16_avx2;
 mod f32_qc8w;
 mod qd8;
+mod qd8_avx2;
 #[cfg(test)]
 mod tests;
 
@@ -61,8 +75,10 @@ use super::{Job, RowQuant};
 
 pub(super) use bf16::bf16;
 pub(super) use bf16_amx::bf16_amx;
+pub(super) use bf16_avx2::bf16_avx2;
 pub(super) use f32_qc8w::f32_qc8w;
 pub(super) use qd8::{NR_QD8, qd8, qd8_amx, qd8_prepare};
+pub(super) use qd8_avx2::qd8_avx2;
 
 /// One microkernel call: `mr` rows × one panel's K slice.
 struct Blk {

@@ -138,13 +138,43 @@ fn qd8_amx_blocks_edges_and_k_tails_are_bit_identical_to_scalar() {
     }
 }
 
+#[test]
+fn qd8_avx2_row_chunks_and_k_blocks_equal_the_scalar_kernel_bit_for_bit() {
+    // From QD8_AVX2_BLOCKED_FROM rows the AVX2 path widens A and the weights per K block.
+    // Rows: the threshold, below it (the tile kernel), tiles of every height, two full
+    // chunks and a rest; K: one block, a block and a tail past a multiple of 4, three blocks;
+    // N: full panels and edges (partial sums stored for the valid columns only). Weights
+    // include -128 and 127, where a wrong sign extension shows.
+    use crate::tuning::{QD8_AVX2_BLOCKED_FROM, QD8_AVX2_KC, QD8_AVX2_MC};
+    if !DotIsa::Avx2.is_supported() {
+        return;
+    }
+    const { assert!(QD8_AVX2_BLOCKED_FROM <= 6 && 1101 > 2 * QD8_AVX2_KC && 100 > 2 * QD8_AVX2_MC) };
+    for &(m, k, n) in &[
+        (5, 100, 33),
+        (6, 100, 33),
+        (7, 513, 16),
+        (11, 1101, 70),
+        (29, 64, 130),
+        (100, 1101, 70),
+    ] {
+        qd8_matches_scalar(DotIsa::Avx2, m, k, n);
+    }
+}
+
 /// Runs a qd8 operator on `isa` and on the scalar kernels, each with a workspace full
-/// of garbage, and requires bit-identical outputs.
+/// of garbage, and requires bit-identical outputs. Every 7th weight is -128 and every
+/// 11th 127.
 fn qd8_matches_scalar(isa: DotIsa, m: usize, k: usize, n: usize) {
     let x = values(8 + m as u64, m * k);
     let w: Vec<i8> = values(9 + k as u64, n * k)
         .iter()
-        .map(|&v| (v * 127.0) as i8)
+        .enumerate()
+        .map(|(i, &v)| match (i % 7, i % 11) {
+            (0, _) => i8::MIN,
+            (_, 0) => i8::MAX,
+            _ => (v * 127.0) as i8,
+        })
         .collect();
     let scales: Vec<f32> = values(6, n).iter().map(|v| v.abs() / 64.0 + 1e-3).collect();
     let bias = values(7, n);
@@ -220,4 +250,55 @@ fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
             );
         }
     }
+}
+
+#[test]
+fn bf16_avx2_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
+    // From BF16_AVX2_BLOCKED_FROM rows AVX2 widens A and the weights per K block for the
+    // f32 kernel; the same rows run five at a time take the bf16 tile kernel (the same FMA
+    // chain per output). 100 rows: three chunks (48, 48, 4); K = 601: three K blocks, the
+    // last with an odd tail; N = 70: an N edge; strided rows; clamped and unbounded. Then
+    // against the f64 reference, as the other bf16 paths.
+    use crate::tuning::{BF16_AVX2_BLOCKED_FROM, BF16_AVX2_KC, BF16_AVX2_MC};
+    if !DotIsa::Avx2.is_supported() {
+        return;
+    }
+    let (m, k, n, lda, ldc) = (100, 601, 70, 605, 73);
+    const { assert!(100 > 2 * BF16_AVX2_MC && 601 > 2 * BF16_AVX2_KC && 5 < BF16_AVX2_BLOCKED_FROM) };
+    let x: Vec<u16> = values(21, m * lda)
+        .iter()
+        .map(|&v| bf16_from_f32(v))
+        .collect();
+    let w: Vec<u16> = values(22, n * k)
+        .iter()
+        .map(|&v| bf16_from_f32(v))
+        .collect();
+    let bias = values(23, n);
+    for (lo, hi) in [(-2.0, 3.0), (f32::NEG_INFINITY, f32::INFINITY)] {
+        let op = FullyConnectedBf16F32::create_with_table(
+            &TABLE,
+            &FullyConnectedBf16F32Desc::new(k, n, &w)
+                .with_bias(&bias)
+                .with_strides(lda, ldc)
+                .with_range(lo, hi)
+                .with_isa(DotIsa::Avx2),
+        )
+        .unwrap();
+        let mut blocked = vec![f32::NAN; (m - 1) * ldc + n];
+        op.run(m, &x, &mut blocked).unwrap();
+        let mut tiles = vec![f32::NAN; (m - 1) * ldc + n];
+        for r0 in (0..m).step_by(5) {
+            op.run(5, &x[r0 * lda..], &mut tiles[r0 * ldc..]).unwrap();
+        }
+        for (i, (a, b)) in blocked.iter().zip(&tiles).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "[{lo}, {hi}] output {i} (row {}, column {}): {a} against {b}",
+                i / ldc,
+                i % ldc
+            );
+        }
+    }
+    check_bf16(DotIsa::Avx2, m, k, n, lda, ldc);
 }
