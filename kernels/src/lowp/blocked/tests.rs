@@ -234,21 +234,34 @@ fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
                 .with_isa(DotIsa::Avx512),
         )
         .unwrap();
-        let mut blocked = vec![f32::NAN; (m - 1) * ldc + n];
-        op.run(m, &x, &mut blocked).unwrap();
-        let mut tiles = vec![f32::NAN; (m - 1) * ldc + n];
-        for r0 in (0..m).step_by(10) {
-            op.run(10, &x[r0 * lda..], &mut tiles[r0 * ldc..]).unwrap();
-        }
-        for (i, (a, b)) in blocked.iter().zip(&tiles).enumerate() {
-            assert_eq!(
-                a.to_bits(),
-                b.to_bits(),
-                "[{lo}, {hi}] output {i} (row {}, column {}): {a} against {b}",
-                i / ldc,
-                i % ldc
-            );
-        }
+        let run = |rows, x: &[f32], y: &mut [f32]| op.run(rows, x, y).unwrap();
+        whole_equals_pieces((m, n, lda, ldc), 10, &x, run, &format!("[{lo}, {hi}]"));
+    }
+}
+
+/// Runs `m` rows (`lda` apart) at once and then `piece` at a time through `run(rows, x, y)`
+/// (`n` outputs a row, `ldc` apart), and requires bit-identical outputs.
+fn whole_equals_pieces<T>(
+    (m, n, lda, ldc): (usize, usize, usize, usize),
+    piece: usize,
+    x: &[T],
+    run: impl Fn(usize, &[T], &mut [f32]),
+    what: &str,
+) {
+    let mut whole = vec![f32::NAN; (m - 1) * ldc + n];
+    run(m, x, &mut whole);
+    let mut pieces = vec![f32::NAN; (m - 1) * ldc + n];
+    for r0 in (0..m).step_by(piece) {
+        run(piece.min(m - r0), &x[r0 * lda..], &mut pieces[r0 * ldc..]);
+    }
+    for (i, (a, b)) in whole.iter().zip(&pieces).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{what} output {i} (row {}, column {}): {a} against {b}",
+            i / ldc,
+            i % ldc
+        );
     }
 }
 
@@ -284,21 +297,8 @@ fn bf16_avx2_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
                 .with_isa(DotIsa::Avx2),
         )
         .unwrap();
-        let mut blocked = vec![f32::NAN; (m - 1) * ldc + n];
-        op.run(m, &x, &mut blocked).unwrap();
-        let mut tiles = vec![f32::NAN; (m - 1) * ldc + n];
-        for r0 in (0..m).step_by(5) {
-            op.run(5, &x[r0 * lda..], &mut tiles[r0 * ldc..]).unwrap();
-        }
-        for (i, (a, b)) in blocked.iter().zip(&tiles).enumerate() {
-            assert_eq!(
-                a.to_bits(),
-                b.to_bits(),
-                "[{lo}, {hi}] output {i} (row {}, column {}): {a} against {b}",
-                i / ldc,
-                i % ldc
-            );
-        }
+        let run = |rows, x: &[u16], y: &mut [f32]| op.run(rows, x, y).unwrap();
+        whole_equals_pieces((m, n, lda, ldc), 5, &x, run, &format!("[{lo}, {hi}]"));
     }
     check_bf16(DotIsa::Avx2, m, k, n, lda, ldc);
 }
