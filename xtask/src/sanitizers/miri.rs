@@ -33,11 +33,14 @@ and `cargo miri setup` included); everything took 22 minutes.
 
 Then, with or without --full, the kernels pool: its tests
 what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_next_job
-under Miri's data-race detector (the other pool tests are too slow under Miri or reach
-inline assembly), and the same two built as the pool's done_relaxed mutant (a worker
-counts its finished tasks with a relaxed add). The pool must pass; the mutant must fail
-with Miri's data race between a pool worker and the test's thread in kernels/src/pool/.
-A mutant that passes, or fails any other way (inconclusive), fails the command.";
+and a_worker_that_claims_nothing_leaves_the_job_alone under Miri's data-race detector (the
+other pool tests are too slow under Miri or reach inline assembly), then the pool's two
+mutants: done_relaxed (a worker counts its finished tasks with a relaxed add) and
+job_before_claim (a worker reads the job slot before it claims a task). The pool must pass;
+each mutant must fail with Miri's data race between a pool worker and the test's thread in
+kernels/src/pool/ (job_before_claim: at its early read, or that read copying a task
+reference whose frame is freed). A mutant that passes, or fails any other way
+(inconclusive), fails the command.";
 
 /// `cargo xtask miri` options.
 #[derive(clap::Args, Debug)]
@@ -230,6 +233,35 @@ pub(super) fn parse_miri_race(stderr: &str) -> Option<(MiriAccess, MiriAccess)> 
     ))
 }
 
+/// The `job_before_claim` mutant's bug as Miri's validity check sees it when the worker's
+/// early read comes after `run`'s frame is gone (ordered after it, so no race): copying the
+/// job slot at `early_read`, on a pool worker, builds a `Job` whose task reference dangles.
+/// Seen in a CI run on 2026-12-07; the same read, the same freed frame as the race.
+pub(super) fn miri_slot_dangling(stderr: &str, early_read: &str) -> Option<String> {
+    const HEADER: &str = "Undefined Behavior: constructing invalid value of type ";
+    const DANGLING: &str = "encountered a dangling reference (use-after-free)";
+    let lines: Vec<&str> = stderr.lines().collect();
+    let h = lines
+        .iter()
+        .position(|l| l.contains(HEADER) && l.contains(DANGLING))?;
+    let what = lines[h][lines[h].find(HEADER)? + HEADER.len()..].to_string();
+    // The slot's `Job`, at its task reference.
+    if !(what.starts_with("keepalloc_kernels::pool::shared::Job:") && what.contains(" at .task.")) {
+        return None;
+    }
+    let at = lines[h + 1..].iter().find_map(|l| {
+        let path = l.trim().strip_prefix("--> ")?;
+        let (file_line, _col) = path.rsplit_once(':')?;
+        Some(file_line.to_string())
+    })?;
+    let thread = lines[h..]
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("= note: this is on thread `"))?
+        .trim_end_matches('`');
+    (at == early_read && thread.starts_with("unnamed-"))
+        .then(|| format!("a dangling Job::task copied on `{thread}` at {at}"))
+}
+
 /// Whether Miri's report in `stderr` is the pool mutant `mutant`'s own bug, found with the
 /// test `test`; `early_read` is the `file:line` of the `job_before_claim` mutant's read.
 ///
@@ -238,13 +270,19 @@ pub(super) fn parse_miri_race(stderr: &str) -> Option<(MiriAccess, MiriAccess)> 
 /// pool worker (Miri names them `unnamed-N`) in the pool, racing with (2) the deallocation
 /// of `run`'s frame on the test's own thread, in the pool. For `done_relaxed` (1) is the
 /// worker's use of the task (the relaxed count of finished tasks orders nothing); for
-/// `job_before_claim` it must be the early read of the job slot itself.
+/// `job_before_claim` it must be the early read of the job slot itself, or that read
+/// copying a task reference whose frame is already gone ([`miri_slot_dangling`]).
 pub(super) fn miri_pool_race(
     stderr: &str,
     mutant: &str,
     test: &str,
     early_read: &str,
 ) -> Option<String> {
+    if mutant == "job_before_claim"
+        && let Some(report) = miri_slot_dangling(stderr, early_read)
+    {
+        return Some(report);
+    }
     let (first, second) = parse_miri_race(stderr)?;
     let in_pool = |a: &MiriAccess| {
         a.at.as_deref()
@@ -331,7 +369,7 @@ pub(super) fn miri_pool() -> Result<(), String> {
         }
         match miri_pool_race(&stderr, mutant, test, &early_read) {
             Some(report) => eprintln!(
-                "miri: the pool's {mutant} mutant: {test} caught by its data race ({:.0} s): {report}",
+                "miri: the pool's {mutant} mutant: {test} caught by its signature ({:.0} s): {report}",
                 started.elapsed().as_secs_f64()
             ),
             None => {
@@ -339,7 +377,8 @@ pub(super) fn miri_pool() -> Result<(), String> {
                     "miri: the pool's {mutant} mutant failed {test} without its signature (a \
                      data race between a pool worker's access and the deallocation of run's \
                      frame on the test's thread, both in kernels/src/pool/; for \
-                     job_before_claim the worker's access at {early_read}): inconclusive \
+                     job_before_claim the worker's access at {early_read}, or a dangling \
+                     Job::task copied there): inconclusive \
                      ({})\n--- stdout\n{stdout}--- stderr\n{stderr}",
                     out.status
                 ));

@@ -216,6 +216,46 @@ help: and (1) occurred earlier here
   = note: this is on thread `a_worker_that_c`
 ";
 
+/// Miri's report of the job_before_claim mutant in a CI run of 2026-12-07 (its notes cut
+/// short): the early read copying a task reference whose frame was already freed.
+const MIRI_SLOT_DANGLING: &str = "\
+error: Undefined Behavior: constructing invalid value of type keepalloc_kernels::pool::shared::Job: at .task.<enum-variant(Some)>.0, encountered a dangling reference (use-after-free)
+ --> kernels/src/pool/worker.rs:58:29
+  |
+  = note: Undefined Behavior occurred here
+  |
+  = help: this indicates a bug in the program: it performed an invalid operation, and caused Undefined Behavior
+  = note: this is on thread `unnamed-3`
+";
+
+#[test]
+fn the_slot_mutants_dangling_task_is_its_signature_only_at_its_read_on_a_worker() {
+    let early = "kernels/src/pool/worker.rs:58";
+    let slot = ("job_before_claim", POOL_SLOT_WITNESS_TEST);
+    let done = ("done_relaxed", POOL_WITNESS_TEST);
+    assert!(miri_pool_race(MIRI_SLOT_DANGLING, slot.0, slot.1, early).is_some());
+    // Not the done_relaxed mutant's, not at another line, not on the test's thread, not
+    // another type or field, not another kind of invalid value.
+    assert!(miri_pool_race(MIRI_SLOT_DANGLING, done.0, done.1, early).is_none());
+    let elsewhere = "kernels/src/pool/worker.rs:57";
+    assert!(miri_pool_race(MIRI_SLOT_DANGLING, slot.0, slot.1, elsewhere).is_none());
+    for (from, to) in [
+        ("thread `unnamed-3`", "thread `a_worker_that_c`"),
+        ("shared::Job:", "shared::Shared:"),
+        (" at .task.", " at .start."),
+        (
+            "a dangling reference (use-after-free)",
+            "an unaligned reference",
+        ),
+    ] {
+        let other = MIRI_SLOT_DANGLING.replace(from, to);
+        assert!(
+            miri_pool_race(&other, slot.0, slot.1, early).is_none(),
+            "{to}"
+        );
+    }
+}
+
 #[test]
 fn miri_races_parse_and_each_pool_mutant_is_judged_by_its_own() {
     let (first, second) = parse_miri_race(MIRI_SLOT).unwrap();
