@@ -185,8 +185,8 @@ pub(crate) unsafe fn run(job: &Job) {
             return unsafe { blocked::bf16_avx2(job) };
         }
         (Kind::Qd8F32Qc8w, DotIsa::Avx2) if job.m >= QD8_AVX2_BLOCKED_FROM => {
-            // SAFETY: as above; `run`'s caller quantized the rows (not in the driver on
-            // AVX2); the panels are packed for NR = 16 (`shape`).
+            // `run`'s caller quantized the rows (not in the driver on AVX2).
+            // SAFETY: as above; the rows are written; the panels are packed for NR = 16.
             return unsafe { blocked::qd8_avx2(job) };
         }
         (Kind::F32Qc8w, DotIsa::Avx512) if job.m >= F32_QC8W_BLOCKED_FROM => {

@@ -133,8 +133,8 @@ unsafe fn widen_a(src: *const u16, k0: usize, k1: usize, kpad: usize, dst: *mut 
 /// CPU has AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn widen_b(src: *const u8, pairs: usize, dst: *mut f32) {
-    // SAFETY: every access is within `src[..64 · pairs]` or `dst[..32 · pairs]`, and
-    // every store is 32-byte aligned.
+    // Every store is 32-byte aligned (`dst` is 64-byte aligned, each row 32 floats).
+    // SAFETY: every access is within `src[..64 · pairs]` or `dst[..32 · pairs]`.
     unsafe {
         let high = _mm256_set1_epi32(0xffff_0000u32 as i32);
         for s in 0..pairs {

@@ -145,8 +145,8 @@ unsafe fn widen_a(src: *const u8, n: usize, dst: *mut i16) {
 /// CPU has AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn widen_w(src: *const u8, groups: usize, dst: *mut i16) {
-    // SAFETY: every access is within `src[..64 · groups]` or `dst[..64 · groups]`, and
-    // every store is 32-byte aligned (`dst` is 64-byte aligned).
+    // Every store is 32-byte aligned (`dst` is 64-byte aligned).
+    // SAFETY: every access is within `src[..64 · groups]` or `dst[..64 · groups]`.
     unsafe {
         for g in 0..groups {
             for h in 0..2 {
