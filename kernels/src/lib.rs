@@ -28,7 +28,8 @@
 //! Kernels: AVX-512F (8×32 tiles) and AVX2+FMA (6×16) on x86-64, NEON (8×8) on aarch64,
 //! and a portable fallback, chosen once at run time ([`selected_isa`]); the environment
 //! variable `KEEPALLOC_KERNELS_ISA` ([`ISA_ENV`]) forces a lower one. Batch 1 runs a GEMV
-//! kernel of its own with eight independent accumulator chains.
+//! kernel of its own with eight independent accumulator chains (on AVX2 over four panels
+//! at once, four weight streams).
 //!
 //! Low-precision variants, named and created as XNNPACK's (each from its own descriptor,
 //! packed through the same table, with the same errors and allocation rules):

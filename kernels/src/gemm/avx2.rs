@@ -1,6 +1,6 @@
 //! AVX2 + FMA microkernels: up to 6×16 tiles (12 ymm accumulators, A broadcast from its rows
 //! in place, no copy), edge tiles through a small stack tile (AMD's `vmaskmovps` stores are
-//! slow), and a 16-wide GEMV with eight independent accumulator chains.
+//! slow), and a GEMV over up to four 16-wide panels at once.
 
 use core::arch::x86_64::*;
 
@@ -76,12 +76,28 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
     unsafe { simd::tile::<kernel::Avx2, NR, MR>(t) }
 }
 
-/// One panel of `y = clamp(x · B + bias)` with eight accumulator chains.
+/// `panels` (1–4) consecutive panels of `y = clamp(x · B + bias)`, one k-phase each: four
+/// panels make eight accumulator chains, and four weight streams from DRAM.
 ///
 /// # Safety
-/// As `simd::gemv`; the CPU has AVX2 and FMA.
+/// As `simd::gemv` with `P = panels`; the CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
+pub(super) unsafe fn gemv(
+    k: usize,
+    x: *const f32,
+    panel: *const f32,
+    panel_len: usize,
+    panels: usize,
+    y: *mut f32,
+    g: &Tile,
+) {
     // SAFETY: forwarded; compiled with AVX2 + FMA.
-    unsafe { simd::gemv::<kernel::Avx2, NR>(k, x, panel, y, g) }
+    unsafe {
+        match panels {
+            1 => simd::gemv::<kernel::Avx2, NR, 1, 1>(k, x, panel, panel_len, y, g),
+            2 => simd::gemv::<kernel::Avx2, NR, 2, 1>(k, x, panel, panel_len, y, g),
+            3 => simd::gemv::<kernel::Avx2, NR, 3, 1>(k, x, panel, panel_len, y, g),
+            _ => simd::gemv::<kernel::Avx2, NR, 4, 1>(k, x, panel, panel_len, y, g),
+        }
+    }
 }

@@ -94,6 +94,8 @@ pub(crate) struct Shape {
     /// The kernel reads A in place (each row a broadcast-from-memory stream), so nothing
     /// is copied; otherwise each row tile of A is packed k-major into a stack buffer.
     pub a_in_place: bool,
+    /// Panels one batch-1 call reads at once (a weight stream each).
+    pub gemv_panels: usize,
 }
 
 /// The tile shape and blocking of `isa`.
@@ -114,6 +116,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             // once, then from L2) win.
             stream_below: 8 << 20,
             a_in_place: Avx512::A_IN_PLACE,
+            gemv_panels: 1,
         },
         Isa::Avx2 => Shape {
             mr: Avx2::MR,
@@ -122,6 +125,10 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nc: 16,
             stream_below: 0,
             a_in_place: Avx2::A_IN_PLACE,
+            // One core pulls more from DRAM over four streams than over one (Zen 3,
+            // 1x4096x4096: 7.1-7.6 GFLOPS a panel at a time, 9.0-9.3 four at a time), and
+            // in cache one broadcast of x feeds eight FMAs: docs/bench-history.md.
+            gemv_panels: 4,
         },
         Isa::Neon => Shape {
             mr: Neon::MR,
@@ -130,6 +137,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nc: 32,
             stream_below: 0,
             a_in_place: false,
+            gemv_panels: 1,
         },
         Isa::Scalar => Shape {
             mr: Scalar::MR,
@@ -138,6 +146,7 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
             nc: 32,
             stream_below: 0,
             a_in_place: false,
+            gemv_panels: 1,
         },
     }
 }

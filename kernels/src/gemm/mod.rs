@@ -163,19 +163,30 @@ unsafe fn tile(isa: Isa, mr: usize, t: &Tile) {
     }
 }
 
-/// Dispatches one GEMV panel.
+/// Dispatches one GEMV call over `count` consecutive panels (1 outside AVX2; see
+/// [`Shape::gemv_panels`](kernel::Shape::gemv_panels)).
 ///
 /// # Safety
-/// See [`run`]; `isa` must be supported by the CPU.
+/// See [`run`]; `isa` must be supported by the CPU; `count` panels from `panel` (the last
+/// with `g.nvalid` valid columns) and their outputs are in bounds.
 #[inline]
-unsafe fn gemv(isa: Isa, k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
+unsafe fn gemv(
+    isa: Isa,
+    k: usize,
+    x: *const f32,
+    panel: *const f32,
+    count: usize,
+    y: *mut f32,
+    g: &Tile,
+) {
+    debug_assert!(count >= 1 && count <= shape(isa).gemv_panels);
     // SAFETY: forwarded; the operator only holds an ISA that `is_supported`.
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => avx512::gemv(k, x, panel, y, g),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => avx2::gemv(k, x, panel, y, g),
+            Isa::Avx2 => avx2::gemv(k, x, panel, shape(isa).nr * (k + 1), count, y, g),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => neon::gemv(k, x, panel, y, g),
             _ => scalar::gemv(k, x, panel, y, g),
@@ -228,31 +239,37 @@ unsafe fn gemv_run(p: &Problem, panels: Range<usize>) {
         pf_l1,
         lda: p.lda,
     };
-    let mut one = |panel: usize| {
-        g.nvalid = nr.min(p.n - panel * nr);
-        // The panel index is in range (caller), so the panel and the NR (possibly fewer
-        // valid) output columns are in bounds.
-        // SAFETY: the panel and its output columns are in bounds.
+    // Up to `gemv_panels` panels a call: the range's full groups, then its rest in one.
+    let group = shape(p.isa).gemv_panels;
+    let mut call = |first: usize, count: usize| {
+        let last = first + count - 1;
+        g.nvalid = nr.min(p.n - last * nr);
+        // The panels are in range (caller), so they and their output columns (the last
+        // possibly fewer than NR) are in bounds.
+        // SAFETY: the panels and their output columns are in bounds.
         unsafe {
             gemv(
                 p.isa,
                 p.k,
                 p.a,
-                p.packed.add(panel * panel_len),
-                p.c.add(panel * nr),
+                p.packed.add(first * panel_len),
+                count,
+                p.c.add(first * nr),
                 &g,
             )
         };
     };
+    let starts = (panels.start..panels.end).step_by(group);
+    let mut one = |first: usize| call(first, group.min(panels.end - first));
     // Every other batch-1 run on this thread goes through the panels backwards, so it
     // starts on the panels the previous run read last (where [`gemv_alternates`] says it
-    // pays). Each panel is computed by the same instructions in either order: the result
-    // does not change.
+    // pays). Each panel is computed by the same instructions in either order and in any
+    // group: the result does not change.
     let call_bytes = panels.len() * panel_len * size_of::<f32>();
     if gemv_alternates(call_bytes, c) && GEMV_BACKWARDS.with(|b| b.replace(!b.get())) {
-        panels.rev().for_each(&mut one);
+        starts.rev().for_each(&mut one);
     } else {
-        panels.for_each(&mut one);
+        starts.for_each(&mut one);
     }
 }
 

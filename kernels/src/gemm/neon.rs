@@ -81,5 +81,5 @@ unsafe fn tile_n<const MR: usize>(t: &Tile) {
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn gemv(k: usize, x: *const f32, panel: *const f32, y: *mut f32, g: &Tile) {
     // SAFETY: forwarded; compiled with NEON.
-    unsafe { simd::gemv::<kernel::Neon, NR>(k, x, panel, y, g) }
+    unsafe { simd::gemv::<kernel::Neon, NR, 1, 4>(k, x, panel, NR * (k + 1), y, g) }
 }

@@ -98,57 +98,81 @@ pub(super) unsafe fn tile<S: TwoVectors, const NR: usize, const MR: usize>(t: &T
     }
 }
 
-/// One panel of `y = clamp(x · B + bias)` with eight accumulator chains (four k-phases of
-/// two registers).
+/// `P` consecutive panels of `y = clamp(x · B + bias)`, each in two registers per k-phase
+/// (`PHASES` of them, summed at the end). Reading several panels at once keeps as many
+/// weight streams in flight, which bounds a batch-1 run from DRAM. A panel's arithmetic
+/// depends on `PHASES` only, so a caller that keeps it fixed and groups panels in any way
+/// gets the same bits.
 ///
 /// # Safety
-/// `panel` is a 64-byte aligned packed panel (NR biases then k × NR weights); `x` has `k`
-/// floats; `y` has `g.nvalid` writable floats; `NR` is `S::NR`; the caller is compiled
-/// with `S`'s target features.
+/// `panel` is the first of `P` 64-byte aligned packed panels (NR biases then k × NR
+/// weights each) `panel_len` floats apart; `x` has `k` floats; `y` has `(P - 1) · NR +
+/// g.nvalid` writable floats (only the last panel may be partial); `NR` is `S::NR`;
+/// `P · PHASES <= 4`; the caller is compiled with `S`'s target features.
 #[inline(always)]
-pub(super) unsafe fn gemv<S: TwoVectors, const NR: usize>(
+pub(super) unsafe fn gemv<S: TwoVectors, const NR: usize, const P: usize, const PHASES: usize>(
     k: usize,
     x: *const f32,
     panel: *const f32,
+    panel_len: usize,
     y: *mut f32,
     g: &Tile,
 ) {
-    const { assert!(NR == S::NR && NR.is_multiple_of(2)) };
+    const { assert!(NR == S::NR && NR.is_multiple_of(2) && P >= 1 && PHASES >= 1 && P * PHASES <= 4) };
     let half = NR / 2;
-    // All loads are within the panel (NR * (k + 1) floats) and x (k floats); the
-    // result goes to a local tile, then nvalid floats of it to y.
-    // SAFETY: every access stays inside the panel, x and the local tile; features on (caller).
+    // All loads are within the P panels (NR * (k + 1) floats each) and x (k floats); the
+    // results go to a local row, then to y (NR floats a panel, nvalid for the last).
+    // SAFETY: every access stays inside the panels, x and the local row; features on (caller).
     unsafe {
+        // Slot `u * P + j`: k-phase u of panel j.
         let mut acc = [[S::splat(0.0); 2]; 4];
-        acc[0] = [S::load(panel), S::load(panel.add(half))];
+        for (j, acc) in acc.iter_mut().take(P).enumerate() {
+            let bias = panel.add(j * panel_len);
+            *acc = [S::load(bias), S::load(bias.add(half))];
+        }
         let mut b = panel.add(NR);
         let mut kk = 0;
-        while kk + 4 <= k {
-            for (u, acc) in acc.iter_mut().enumerate() {
+        while kk + PHASES <= k {
+            for u in 0..PHASES {
                 let xv = S::a(x.add(kk + u));
-                acc[0] = S::fma(acc[0], xv, S::load(b.add(u * NR)));
-                acc[1] = S::fma(acc[1], xv, S::load(b.add(u * NR + half)));
+                for j in 0..P {
+                    let w = b.add(j * panel_len + u * NR);
+                    let acc = &mut acc[u * P + j];
+                    acc[0] = S::fma(acc[0], xv, S::load(w));
+                    acc[1] = S::fma(acc[1], xv, S::load(w.add(half)));
+                }
             }
-            b = b.add(4 * NR);
-            kk += 4;
+            b = b.add(PHASES * NR);
+            kk += PHASES;
         }
         while kk < k {
             let xv = S::a(x.add(kk));
-            acc[0][0] = S::fma(acc[0][0], xv, S::load(b));
-            acc[0][1] = S::fma(acc[0][1], xv, S::load(b.add(half)));
+            for (j, acc) in acc.iter_mut().take(P).enumerate() {
+                let w = b.add(j * panel_len);
+                acc[0] = S::fma(acc[0], xv, S::load(w));
+                acc[1] = S::fma(acc[1], xv, S::load(w.add(half)));
+            }
             b = b.add(NR);
             kk += 1;
         }
         let lo = S::splat(g.min);
         let hi = S::splat(g.max);
-        let mut out = [0.0f32; NR];
-        for (h, acc) in [
-            (0, [acc[0][0], acc[1][0], acc[2][0], acc[3][0]]),
-            (1, [acc[0][1], acc[1][1], acc[2][1], acc[3][1]]),
-        ] {
-            let s = S::add(S::add(acc[0], acc[1]), S::add(acc[2], acc[3]));
-            S::storeu(out.as_mut_ptr().add(half * h), S::clamp(s, lo, hi));
+        let mut out = [[0.0f32; NR]; P];
+        for (j, out) in out.iter_mut().enumerate() {
+            // Pairwise, as the single-panel GEMV always summed its four phases.
+            let sum = |h: usize| {
+                let v = |u: usize| acc[u * P + j][h];
+                match PHASES {
+                    1 => v(0),
+                    2 => S::add(v(0), v(1)),
+                    3 => S::add(S::add(v(0), v(1)), v(2)),
+                    _ => S::add(S::add(v(0), v(1)), S::add(v(2), v(3))),
+                }
+            };
+            for h in 0..2 {
+                S::storeu(out.as_mut_ptr().add(half * h), S::clamp(sum(h), lo, hi));
+            }
         }
-        core::ptr::copy_nonoverlapping(out.as_ptr(), y, g.nvalid);
+        core::ptr::copy_nonoverlapping(out.as_ptr().cast::<f32>(), y, (P - 1) * NR + g.nvalid);
     }
 }
