@@ -92,10 +92,18 @@ impl TableBuf {
 }
 
 /// Size of a transparent huge page (the PMD size of x86-64 Linux).
+#[cfg_attr(
+    not(all(target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// The whole `HUGE_PAGE`-aligned pages inside `[block, block + bytes)`, as `(start, len)`;
 /// `None` when the block holds no whole huge page.
+#[cfg_attr(
+    not(all(target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 fn huge_page_interior(block: usize, bytes: usize) -> Option<(usize, usize)> {
     let start = block.checked_next_multiple_of(HUGE_PAGE)?;
     let end = block.checked_add(bytes)? / HUGE_PAGE * HUGE_PAGE;

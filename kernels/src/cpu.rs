@@ -465,7 +465,7 @@ pub(crate) mod test_cpus {
 
 #[cfg(test)]
 mod tests {
-    use super::{cache, caches};
+    use super::cache;
 
     #[test]
     fn cpu_family_from_the_leaf_1_signature() {
@@ -496,7 +496,7 @@ mod tests {
         let vendor = field("vendor_id");
         let family: u32 = field("cpu family").parse().expect("cpu family");
         let (intel, amd) = (vendor == "GenuineIntel", vendor == "AuthenticAMD");
-        let c = caches();
+        let c = super::caches();
         assert_eq!(cache::is_intel(), intel, "{vendor}");
         assert_eq!(c.intel, intel, "{vendor}");
         assert_eq!(c.amd, amd, "{vendor}");

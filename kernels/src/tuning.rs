@@ -208,6 +208,7 @@ pub(crate) fn blocked_prefetches(m: usize, from_rows: usize, packed: usize) -> b
 /// chunk streams every panel once, so fewer chunks read the weights fewer times; 256 beat
 /// 128 against oneDNN at 256x512x2048 and 512x512x2048 on the Xeon.
 /// Measure: `cargo xtask bench --op qd8_f32_qc8w --shapes 256x512x2048,512x512x2048`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const QD8_MC: usize = 256;
 
 /// f32_qc8w on AVX-512: batches from this many rows (two row tiles) widen each K block of
@@ -266,7 +267,9 @@ pub(crate) const QD8_AVX2_MC: usize = 48;
 /// bf16 on AMX: most rows per chunk (a multiple of 32), within [`AMX_A_BYTES`] of A; as
 /// [`QD8_MC`], 256 beat 128 and 512 on the Xeon.
 /// Measure: `cargo xtask bench --op bf16_f32 --shapes 512x512x512,256x512x2048`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const AMX_MC: usize = 256;
 
 /// bf16 on AMX: most bytes of A per chunk, so it stays in L2 while the panels pass.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const AMX_A_BYTES: usize = 1 << 20;

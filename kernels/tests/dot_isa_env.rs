@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::Rng;
 use common::lowp::{Kind, LCase};
 use keepalloc_allocators::{AllocatorTable, System};
@@ -108,7 +106,6 @@ fn used_isa(case: &LCase, kind: Kind) -> DotIsa {
 }
 
 fn spawn_children() {
-    let exe = std::env::current_exe().unwrap();
     let mut runs: Vec<(String, String)> = DotIsa::available()
         .map(|isa| (isa.name().to_string(), format!("dot-isa-used={isa}")))
         .collect();
@@ -117,7 +114,7 @@ fn spawn_children() {
     }
     runs.push(("sse9".to_string(), "dot-isa-unknown=sse9".to_string()));
     for (value, marker) in runs {
-        let out = Command::new(&exe)
+        let out = common::this_test_binary()
             .args([
                 "forced_dot_isa_is_the_one_used",
                 "--exact",

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{Case, Rng};
 use keepalloc_allocators::{AllocatorTable, System};
 use keepalloc_kernels::{FullyConnected, ISA_ENV, Isa, KernelError, selected_isa};
@@ -62,7 +60,6 @@ fn check_forced(name: &str) {
 }
 
 fn spawn_children() {
-    let exe = std::env::current_exe().unwrap();
     let missing = Isa::ALL.into_iter().find(|isa| !isa.is_supported());
     let mut runs: Vec<(String, String)> = Isa::available()
         .map(|isa| (isa.name().to_string(), format!("isa-used={isa}")))
@@ -72,7 +69,7 @@ fn spawn_children() {
     }
     runs.push(("sse9".to_string(), "isa-unknown=sse9".to_string()));
     for (value, marker) in runs {
-        let out = Command::new(&exe)
+        let out = common::this_test_binary()
             .args([
                 "forced_isa_is_the_one_used",
                 "--exact",
@@ -89,5 +86,6 @@ fn spawn_children() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
+        println!("{ISA_ENV}={value}: {marker}");
     }
 }

@@ -5,7 +5,8 @@
 //! the f64 reference (rules in `common/lowp.rs`), so within the sum of both of each other.
 //!
 //! Runs when the runtimes are present; without them it says "skipped", and under `CI=true`
-//! their absence is a failure.
+//! their absence is a failure. x86-64 only: the pinned wheel is an x86-64 build.
+#![cfg(target_arch = "x86_64")]
 
 mod common;
 

@@ -28,7 +28,9 @@ use core::ops::Range;
 
 use crate::cpu::{cache, caches};
 use crate::isa::Isa;
-use crate::tuning::{blocking, gemv_alternates, gemv_prefetch, lone_panel, pair_rows, pairs_outer};
+#[cfg(target_arch = "x86_64")]
+use crate::tuning::pairs_outer;
+use crate::tuning::{blocking, gemv_alternates, gemv_prefetch, lone_panel, pair_rows};
 pub(crate) use kernel::shape;
 
 #[cfg(target_arch = "x86_64")]
@@ -73,8 +75,10 @@ pub(crate) struct Tile {
     /// Where the next tile's weights are, in floats from `b` (a kernel may prefetch
     /// `b + pf_off ..` as it reads `b ..`; 0 when there is nothing to prefetch). For a
     /// GEMV call, the distance to prefetch ahead of the weights it reads (0: none).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf_off: isize,
     /// A GEMV call's prefetches go to L1 (`prefetcht0`: its weights are in L2), not L2.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf_l1: bool,
 }
 

@@ -126,6 +126,7 @@ pub(crate) struct Tile {
     /// qd8: the quantization of each of the tile's rows; NULL for the other kinds.
     pub rows: *const RowQuant,
     /// Bytes ahead of the weights being read to prefetch into L2 (0: none).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pf: isize,
 }
 

@@ -28,6 +28,21 @@ macro_rules! check_case {
     };
 }
 
+/// A command that runs this test binary again, as a child process: directly, or through
+/// the emulator `KEEPALLOC_TEST_RUNNER` names when a cross-compiled test runs under one
+/// (cargo's target runner starts only the parent; .ci/run's aarch64 step sets both).
+pub fn this_test_binary() -> std::process::Command {
+    let exe = std::env::current_exe().unwrap();
+    match std::env::var_os("KEEPALLOC_TEST_RUNNER") {
+        Some(runner) => {
+            let mut command = std::process::Command::new(runner);
+            command.arg(exe);
+            command
+        }
+        None => std::process::Command::new(exe),
+    }
+}
+
 /// xorshift64*: seeded, reproducible, no dependencies.
 pub struct Rng(u64);
 
