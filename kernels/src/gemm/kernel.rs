@@ -121,7 +121,9 @@ pub(crate) const fn shape(isa: Isa) -> Shape {
         Isa::Avx2 => Shape {
             mr: Avx2::MR,
             nr: Avx2::NR,
-            kc: 256,
+            // K 1024: with the tile's two-step loop, 3-8% faster than 256 on most shapes
+            // on Zen 3, and 512 or 2048 no better (docs/bench-history.md).
+            kc: 1024,
             nc: 16,
             stream_below: 0,
             a_in_place: Avx2::A_IN_PLACE,
