@@ -201,20 +201,8 @@ unsafe fn gemv(
 /// Batch 1: `panels` of the packed block through the ISA's GEMV kernel, in the order of
 /// [`GEMV_BACKWARDS`]. A function of its own, so that a batch-1 run pays neither the GEMM
 /// driver's stack frame (8 KiB for the A buffer, probed page by page on every call) nor
-/// its setup, with one `Tile` for all panels, no iterator behind a `dyn` and the cache
-/// facts read in one load. Measured on Zen 4 against the batch-1 branch of the GEMM driver
-/// it replaced (throwaway code switching between the two at run time in one process,
-/// 41–61 alternating rounds, outputs equal; old/new, median of the rounds' ratios, two
-/// runs): 1×16×32 1.12× and 1.10× (39–51 against 44–56 ns a run), 1×16×256 1.29× and
-/// 1.22×, 1×96×64 1.04× both, 1×256×256 1.02× both, 1×1536×1536 1.00×.
-/// With [`run`] then made a thin dispatcher (the GEMM driver's frame in `gemm_run`
-/// alone) and the panel width a constant per ISA (no division), against current XNNPACK
-/// (`keepalloc-kernels-bench --libs keepalloc,XNNPACK-2026 --shapes
-/// 1x16x32,1x16x256,1x96x64,1x256x256,1x1536x1536`, the binaries before and after in one
-/// session): 1×16×32 0.76× and 0.78× before (0.92× after the first change alone), 1.06×
-/// after; 1×16×256 0.96× before (0.97×), 1.10× after; 1×256×256 0.95–1.02× in four runs
-/// before, 1.03× after; every cell ahead after (the lower quartile of the rounds' ratios
-/// above 1).
+/// its setup: 1.02-1.29x on the small batch-1 shapes on Zen 4 (docs/bench-history.md,
+/// "A batch-1 run of its own").
 ///
 /// # Safety
 /// As [`run`], with `p.m == 1`.

@@ -61,51 +61,28 @@ impl Grid {
     /// or another tenant shares one of them, and a descheduled worker stalls its share. The
     /// pool hands tasks out from both ends (the caller from the front, the workers from the
     /// back), so the faster thread takes more of them, and with equal cores each thread
-    /// keeps the same half run after run. On this VM one core often runs the operator at
-    /// 105-110 GFLOPS while the other runs at 165, every FMA probe reading both at full
-    /// speed; two equal tasks then finish at the pace of the slower one (512×512×512 at two
-    /// threads: 205 GFLOPS, where current XNNPACK on pthreadpool, which balances, reached
-    /// 217). Measured at two threads, in-process A/B (21 interleaved rounds, median of the
-    /// rounds' ratios, outputs identical), eight tasks against two on the M ≥ 16 shapes, in
-    /// four passes: in a phase where two threads ran at about 150 GFLOPS (one core slow),
-    /// 256×512×2048 +33%, 128×2048×2048 +16%, 512×512×512 +13%, 16×1024×1024 +12%,
-    /// 64×1024×1024 +11%, 32×96×1536 +9%; in the three others, −2.5% to +11.2% (twelve
-    /// figures, seven of them within ±2.5%). The tie-break before this one (fewest reads
-    /// first) had measured two tasks ahead by 0–7.6% in the session it was made.
+    /// keeps the same half run after run.
     ///
     /// Twelve tasks per thread, since the pool delivers each claimed run of tasks as one
     /// range (`Parallel::run_ranges`) and the operator computes the tasks of a range that
     /// share a row chunk in one kernel call: the first claims of a job still take large
     /// runs at the cost of one call each, and the last tasks are small enough that a
-    /// faster core is not left waiting for a large one. When tasks were one call each,
-    /// four per thread had measured even with eight and twelve (the per-call and per-claim
-    /// cost ate the better balance). Measured at two threads with throwaway code
-    /// (in-process, 1,500 rounds of the output_alignment example's protocol: the operator
-    /// on each core alone, then on the pool, outputs identical), 32×96×1536 against the
-    /// mean core, median of all rounds, four tasks per thread against twelve in one run:
-    /// 1.782× against 1.820×; in the rounds where the two cores alone read within 5% of each
-    /// other 1.857× against 1.828×, where they were 15–30% apart 1.697× against 1.819×.
-    /// Other counts, each against another in its own run: 8 per thread 1.761× (12: 1.783×),
-    /// 16 per thread 1.802× (12: 1.815×), 24 per thread 1.768× (4: 1.776×). The other M ≥ 16
-    /// shapes of the bench, four per thread against twelve, 400 rounds each: 16×1024×1024
-    /// 2.011× → 2.060×, 64×1024×1024 1.912× → 1.970×, 128×2048×2048 1.916× → 1.961×,
-    /// 256×512×2048 1.847× → 1.928×, 512×512×512 1.834× → 1.903×.
+    /// faster core is not left waiting for a large one.
     ///
     /// Fewer than [`STATIC_BELOW_ROWS`] rows are cut into at most one task per thread
     /// instead: there a task computes less than it costs to fetch its weights from the
     /// other core's cache, so a thread must find its weights in its own L2 run after run,
-    /// which only a fixed split does. 4×512×512, eight tasks against two: −8.3% and −8.1%
-    /// in two passes, +9% and +14% in two others (one core slow).
+    /// which only a fixed split does.
     ///
     /// A batch of 1 (the GEMV) is the extreme case: one panel chunk per thread. Each thread
     /// then runs one GEMV call per run, so the direction it takes the panels in alternates
     /// run by run (see `gemm::run`; on Zen 4 only for a share that fits in L2, see
     /// `gemm::gemv_alternates`) and it starts on the weights it read last, still in its
     /// L2, as one thread does: the pool hands each thread the same chunk run after run (the
-    /// caller the first, the workers from the last). With four tasks per thread the
-    /// direction flipped per task and a thread's next run started on cold weights. Measured
-    /// at two threads, in-process A/B (interleaved rounds, medians of 15): 1×256×256
-    /// +10–15%, 1×1536×1536 +33%, 1×4096×4096 +4–5%.
+    /// caller the first, the workers from the last).
+    ///
+    /// The measurements behind each of these rules are in docs/bench-history.md, "Task
+    /// counts of the two-thread grid".
     pub(crate) fn new(m: usize, k: usize, n: usize, nr: usize, mr: usize, threads: usize) -> Grid {
         Grid::with_min_flops(
             m,
