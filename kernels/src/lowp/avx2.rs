@@ -216,39 +216,71 @@ unsafe fn qd8_vnni_n<const MR: usize>(t: &Tile) {
 /// `t` describes valid buffers (see `lowp::run`), `1 <= mr <= 4`, and the CPU has AVX2
 /// and FMA.
 pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
+    // One or two rows (batch 1 or 2) would wait on the FMA latency with one chain per
+    // accumulator register: they split K over four or two independent chains.
     // SAFETY: forwarded (caller).
-    unsafe { by_rows!(f32_qc8w_n, mr, t) }
+    unsafe {
+        match mr {
+            1 => f32_qc8w_n::<1, 4>(t),
+            2 => f32_qc8w_n::<2, 2>(t),
+            3 => f32_qc8w_n::<3, 1>(t),
+            _ => f32_qc8w_n::<4, 1>(t),
+        }
+    }
 }
 
 /// # Safety
-/// As [`f32_qc8w`], with `MR` rows.
+/// As [`f32_qc8w`], with `MR` rows and `U` chains per accumulator (`U` >= 1).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn f32_qc8w_n<const MR: usize>(t: &Tile) {
+unsafe fn f32_qc8w_n<const MR: usize, const U: usize>(t: &Tile) {
     // A rows hold k floats; the panel holds 2 × 16 header slots and k × 16 weight bytes.
     // SAFETY: every load stays inside A's rows or the panel.
     unsafe {
         let p = t.panel.cast::<f32>();
-        let mut acc = [[_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]; MR];
+        let mut acc = [[[_mm256_setzero_ps(); 2]; MR]; U];
+        acc[0] = [[_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]; MR];
         let mut w = t.panel.add(2 * 64);
-        for kk in 0..t.k {
-            let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(w.cast())));
-            let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(w.add(8).cast())));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_ps(t.a.add(r * t.lda).cast::<f32>().add(kk).read());
+        let a =
+            |r: usize, kk: usize| _mm256_set1_ps(t.a.add(r * t.lda).cast::<f32>().add(kk).read());
+        let widen =
+            |w: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(w.cast())));
+        let mut kk = 0;
+        while kk + U <= t.k {
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let wc = w.add(16 * c);
+                let (w0, w1) = (widen(wc), widen(wc.add(8)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = a(r, kk + c);
+                    acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
+                }
+            }
+            w = w.add(16 * U);
+            kk += U;
+        }
+        while kk < t.k {
+            let (w0, w1) = (widen(w), widen(w.add(8)));
+            for (r, acc) in acc[0].iter_mut().enumerate() {
+                let x = a(r, kk);
                 acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
                 acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
             }
             w = w.add(16);
+            kk += 1;
         }
         let scale = [_mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
-        for (r, acc) in acc.into_iter().enumerate() {
+        for r in 0..MR {
+            let mut v = acc[0][r];
+            for chain in &acc[1..] {
+                v = [
+                    _mm256_add_ps(v[0], chain[r][0]),
+                    _mm256_add_ps(v[1], chain[r][1]),
+                ];
+            }
             finish(
                 t,
                 r,
-                [
-                    _mm256_mul_ps(acc[0], scale[0]),
-                    _mm256_mul_ps(acc[1], scale[1]),
-                ],
+                [_mm256_mul_ps(v[0], scale[0]), _mm256_mul_ps(v[1], scale[1])],
             );
         }
     }
