@@ -10,9 +10,15 @@ use allocator_api2::alloc::Allocator;
 
 use crate::SizelessFree;
 use crate::headerless::{
-    sizeless_aligned_alloc, sizeless_aligned_allocate, sizeless_alloc, sizeless_allocate,
-    sizeless_deallocate, sizeless_free, sizeless_realloc, sizeless_reallocate,
+    sizeless_aligned_allocate, sizeless_allocate, sizeless_deallocate, sizeless_reallocate,
 };
+// Only `if_sizeless!`'s fast paths call these, and they are compiled out under Miri and
+// where no backend frees without a size.
+#[cfg(all(
+    not(miri),
+    any(all(target_os = "linux", target_env = "gnu"), feature = "mimalloc")
+))]
+use crate::headerless::{sizeless_aligned_alloc, sizeless_alloc, sizeless_free, sizeless_realloc};
 use crate::no_unwind::{abort_with, no_unwind, no_unwind_free};
 
 /// `allocate(context, size)`.

@@ -12,10 +12,12 @@ use crate::util;
 
 /// `cargo xtask miri --help`.
 pub const MIRI_ABOUT: &str = "\
-Runs keepalloc-allocators' and keepalloc-provider's tests, then two of the kernels
+Runs keepalloc-allocators' and keepalloc-provider's tests, then three of the kernels
 pool's, under Miri (nightly, components miri and rust-src: `rustup component add miri
 rust-src --toolchain nightly`), with MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS
-is set. Target dir: target/miri.
+is set. Miri runs on one core, so the allocators' tests (target dir target/miri-allocators,
+their output printed when they end) run beside the provider's and then the pool's
+(target/miri).
 
 By default (and in CI) it runs a stated subset: every test of both packages (lib,
 integration tests, doc tests) except these three, which together take over 20 minutes
@@ -28,8 +30,9 @@ under Miri on 2 cores:
   - observers::allocate_zeroed_zeroes_memory_that_was_dirty: dirties, frees and checks
     1 MiB blocks byte by byte, 4 rounds a size (~19 min; natively it runs in
     `cargo test`)
-The subset takes about 5 minutes on a busy 2-core machine from a clean target dir (build
-and `cargo miri setup` included); everything took 22 minutes.
+With the pool's runs below, the subset takes about 7 minutes on a 2-core Zen 3 from clean
+target dirs (builds included; 9.5 with the packages one after the other); everything took
+22 minutes.
 
 Then, with or without --full, the kernels pool: its tests
 what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_next_job
@@ -108,28 +111,65 @@ pub fn miri(options: MiriArgs) -> Result<(), String> {
             format!("the subset: all but {MIRI_SKIPPED:?} (--full runs them too)")
         }
     );
-    let mut cmd = nightly_cargo();
-    cmd.args([
-        "miri",
-        "test",
-        "-p",
-        "keepalloc-allocators",
-        "-p",
+    // Miri interprets on one core: the two packages run side by side, each in a target dir
+    // of its own (the allocators' output is held and printed when it ends), and the pool
+    // follows the provider's tests while the allocators' longer run goes on.
+    let started = Instant::now();
+    let mut allocators = miri_package_command("keepalloc-allocators", "miri-allocators", &args);
+    let allocators = std::thread::spawn(move || allocators.output());
+    let provider = util::run(&mut miri_package_command(
         "keepalloc-provider",
-    ])
-    .args(&args)
-    .env("CARGO_TARGET_DIR", util::root().join("target").join("miri"));
+        "miri",
+        &args,
+    ));
+    eprintln!(
+        "miri: keepalloc-provider took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let pool = provider.and_then(|()| miri_pool());
+    let allocators = match allocators.join() {
+        Ok(Ok(out)) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "miri: keepalloc-allocators ended after {:.0} s ({})",
+                started.elapsed().as_secs_f64(),
+                out.status
+            );
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "miri: keepalloc-allocators' tests failed: {}",
+                    out.status
+                ))
+            }
+        }
+        Ok(Err(e)) => Err(format!(
+            "miri: could not run cargo miri for keepalloc-allocators: {e}"
+        )),
+        Err(_) => Err("miri: the thread running keepalloc-allocators panicked".to_string()),
+    };
+    pool.and(allocators)
+}
+
+/// `cargo miri test -p package` with `args`, in `target/<target_dir>`.
+fn miri_package_command(package: &str, target_dir: &str, args: &[String]) -> Command {
+    let mut cmd = nightly_cargo();
+    cmd.args(["miri", "test", "-p", package])
+        .args(args)
+        .env(
+            "CARGO_TARGET_DIR",
+            util::root().join("target").join(target_dir),
+        )
+        .stdin(Stdio::null());
     // Miri checks the strict provenance model and many threads slowly; isolation off so
     // tests may read the clock.
     cmd.env(
         "MIRIFLAGS",
         std::env::var("MIRIFLAGS").unwrap_or_else(|_| "-Zmiri-disable-isolation".into()),
     );
-    let started = Instant::now();
-    let result = util::run(&mut cmd);
-    eprintln!("miri: took {:.0} s", started.elapsed().as_secs_f64());
-    result?;
-    miri_pool()
+    cmd
 }
 
 /// The kernels pool's tests that run under Miri: the one whose tasks write what the caller
