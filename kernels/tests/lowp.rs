@@ -174,13 +174,15 @@ fn qd8_isas_are_bit_identical() {
 #[test]
 fn runs_on_a_pool_are_bit_identical_to_one_thread_on_every_isa() {
     // Shapes cut by panels (n ≥ m), by row units of 32 (tall, few panels, a remainder
-    // past the last unit), and too small to cut; batch 1 included. qd8 on VNNI weighs its
+    // past the last unit), and too small to cut; batch 1 too small and cut by panels at
+    // an odd panel (AVX2's f32_qc8w pairs the panels of each task). qd8 on VNNI weighs its
     // rows (`QD8_ROW_WEIGHT`): 64x256x100 and 97x200x333 are cut by rows for it, and the
     // last two by panels after a quantizing pass cut over both threads.
     let pool = RuntimePool(2);
     let mut rng = Rng::new(41);
     for (m, k, n) in [
         (1, 300, 200),
+        (1, 700, 300),
         (64, 256, 100),
         (150, 96, 40),
         (70, 130, 16),

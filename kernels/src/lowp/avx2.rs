@@ -217,11 +217,11 @@ unsafe fn qd8_vnni_n<const MR: usize>(t: &Tile) {
 /// and FMA.
 pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     // One or two rows (batch 1 or 2) would wait on the FMA latency with one chain per
-    // accumulator register: they split K over four or two independent chains.
+    // accumulator register: they split K over two independent chains.
     // SAFETY: forwarded (caller).
     unsafe {
         match mr {
-            1 => f32_qc8w_n::<1, 4>(t),
+            1 => f32_qc8w_1::<1>(t, 0),
             2 => f32_qc8w_n::<2, 2>(t),
             3 => f32_qc8w_n::<3, 1>(t),
             _ => f32_qc8w_n::<4, 1>(t),
@@ -282,6 +282,98 @@ unsafe fn f32_qc8w_n<const MR: usize, const U: usize>(t: &Tile) {
                 r,
                 [_mm256_mul_ps(v[0], scale[0]), _mm256_mul_ps(v[1], scale[1])],
             );
+        }
+    }
+}
+
+/// Batch 1: every panel of `job`, two at a time, each over two chains: one weight stream
+/// bounds a batch-1 run from DRAM, two keep twice the reads in flight, and a panel's sums
+/// do not depend on its pair, so any cut of the panels gives the same bits.
+///
+/// # Safety
+/// As `lowp::run` for a `f32_qc8w` job of one row on AVX2 (panels packed for NR = 16).
+pub(super) unsafe fn f32_qc8w_batch1(job: &super::Job) {
+    let panel = super::panel_bytes(job.kind, 16, job.k);
+    let panels = job.n.div_ceil(16);
+    let mut p = 0;
+    while p < panels {
+        let count = (panels - p).min(2);
+        let last = p + count - 1;
+        // SAFETY: panels p..=last and their output columns are in bounds (caller).
+        unsafe {
+            let t = Tile {
+                k: job.k,
+                a: job.a,
+                lda: job.lda,
+                panel: job.packed.add(p * panel),
+                c: job.c.add(p * 16),
+                ldc: job.ldc,
+                nvalid: 16.min(job.n - last * 16),
+                min: job.min,
+                max: job.max,
+                rows: core::ptr::null(),
+                pf: 0,
+            };
+            if count == 2 {
+                f32_qc8w_1::<2>(&t, panel);
+            } else {
+                f32_qc8w_1::<1>(&t, panel);
+            }
+        }
+        p += count;
+    }
+}
+
+/// One row against `P` consecutive panels `stride` bytes apart, each summed over two
+/// chains (even and odd k) whatever `P`.
+///
+/// # Safety
+/// `t` describes valid buffers for one row (see `lowp::run`) whose panel is the first of
+/// `P`, all but the last full (`t.nvalid` is the last one's); the CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn f32_qc8w_1<const P: usize>(t: &Tile, stride: usize) {
+    // SAFETY: every load stays inside A's row or the P panels.
+    unsafe {
+        let x = t.a.cast::<f32>();
+        let mut acc = [[[_mm256_setzero_ps(); 2]; P]; 2];
+        for (j, acc) in acc[0].iter_mut().enumerate() {
+            let b = t.panel.add(j * stride).cast::<f32>();
+            *acc = [_mm256_loadu_ps(b), _mm256_loadu_ps(b.add(8))];
+        }
+        let w = t.panel.add(2 * 64);
+        let widen =
+            |w: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(w.cast())));
+        // A macro, not a closure: the FMAs must stay in registers.
+        macro_rules! step {
+            ($acc:expr, $kk:expr) => {{
+                let xv = _mm256_set1_ps(x.add($kk).read());
+                for (j, acc) in $acc.iter_mut().enumerate() {
+                    let wj = w.add(j * stride + 16 * $kk);
+                    acc[0] = _mm256_fmadd_ps(xv, widen(wj), acc[0]);
+                    acc[1] = _mm256_fmadd_ps(xv, widen(wj.add(8)), acc[1]);
+                }
+            }};
+        }
+        let mut kk = 0;
+        while kk + 2 <= t.k {
+            step!(acc[0], kk);
+            step!(acc[1], kk + 1);
+            kk += 2;
+        }
+        if kk < t.k {
+            step!(acc[0], kk);
+        }
+        let [even, odd] = acc;
+        for (j, (even, odd)) in even.into_iter().zip(odd).enumerate() {
+            let b = t.panel.add(j * stride).cast::<f32>();
+            let scale = [_mm256_loadu_ps(b.add(16)), _mm256_loadu_ps(b.add(24))];
+            let v = [0, 1].map(|h| _mm256_mul_ps(_mm256_add_ps(even[h], odd[h]), scale[h]));
+            let tj = Tile {
+                c: t.c.add(16 * j),
+                nvalid: if j + 1 == P { t.nvalid } else { 16 },
+                ..*t
+            };
+            finish(&tj, 0, v);
         }
     }
 }

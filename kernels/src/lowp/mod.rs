@@ -31,7 +31,8 @@
 //!   at most MR rows, and the full K in one microkernel call, epilogue included (no K
 //!   blocking and no partial sums in C: simpler than the f32 driver, at the price of A rows
 //!   and panels that outgrow L1/L2 for very long K). Batch 1 with more than 16 MiB of
-//!   packed weights (DRAM-bound) prefetches 16 KiB ahead into L2.
+//!   packed weights (DRAM-bound) prefetches 16 KiB ahead into L2, except `f32_qc8w` on
+//!   AVX2, whose batch 1 reads the panels in pairs instead (`avx2::f32_qc8w_batch1`).
 //!
 //! A run is on the calling thread, or cut over a pool's threads by `parallel`.
 
@@ -189,6 +190,10 @@ pub(crate) unsafe fn run(job: &Job) {
             // `run`'s caller quantized the rows (not in the driver on AVX2).
             // SAFETY: as above; the rows are written; the panels are packed for NR = 16.
             return unsafe { blocked::qd8_avx2(job) };
+        }
+        (Kind::F32Qc8w, DotIsa::Avx2) if job.m == 1 => {
+            // SAFETY: as above; the panels are packed for NR = 16 (`shape`).
+            return unsafe { avx2::f32_qc8w_batch1(job) };
         }
         (Kind::F32Qc8w, DotIsa::Avx512) if job.m >= F32_QC8W_BLOCKED_FROM => {
             // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
