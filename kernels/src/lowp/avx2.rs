@@ -221,6 +221,7 @@ pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     // SAFETY: forwarded (caller).
     unsafe {
         match mr {
+            // `run` sends batch 1 to `f32_qc8w_batch1`; a lone row still sums as it does.
             1 => f32_qc8w_1::<1>(t, 0),
             2 => f32_qc8w_n::<2, 2>(t),
             3 => f32_qc8w_n::<3, 1>(t),

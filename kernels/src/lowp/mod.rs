@@ -30,9 +30,10 @@
 //!   (kept in L2 while every row tile of the batch passes over them), balanced row tiles of
 //!   at most MR rows, and the full K in one microkernel call, epilogue included (no K
 //!   blocking and no partial sums in C: simpler than the f32 driver, at the price of A rows
-//!   and panels that outgrow L1/L2 for very long K). Batch 1 with more than 16 MiB of
-//!   packed weights (DRAM-bound) prefetches 16 KiB ahead into L2, except `f32_qc8w` on
-//!   AVX2, whose batch 1 reads the panels in pairs instead (`avx2::f32_qc8w_batch1`).
+//!   and panels that outgrow L1/L2 for very long K). On AVX-512, batch 1 with more than
+//!   16 MiB of packed weights (DRAM-bound) prefetches 16 KiB ahead into L2 (the AVX2
+//!   kernels do not prefetch); `f32_qc8w` on AVX2 runs batch 1 apart, its panels read in
+//!   pairs (`avx2::f32_qc8w_batch1`).
 //!
 //! A run is on the calling thread, or cut over a pool's threads by `parallel`.
 
