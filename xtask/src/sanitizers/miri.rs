@@ -15,9 +15,9 @@ pub const MIRI_ABOUT: &str = "\
 Runs keepalloc-allocators' and keepalloc-provider's tests, then three of the kernels
 pool's, under Miri (nightly, components miri and rust-src: `rustup component add miri
 rust-src --toolchain nightly`), with MIRIFLAGS=-Zmiri-disable-isolation unless MIRIFLAGS
-is set. Miri runs on one core, so the allocators' tests (target dir target/miri-allocators,
-their output printed when they end) run beside the provider's and then the pool's
-(target/miri).
+is set. Miri runs on one core, so the allocators' tests but their conformance binary (target
+dir target/miri-allocators, their output printed when they end) run beside the provider's,
+the pool's, then the allocators' conformance binary (target/miri).
 
 By default (and in CI) it runs a stated subset: every test of both packages (lib,
 integration tests, doc tests) except these three, which together take over 20 minutes
@@ -31,8 +31,9 @@ under Miri on 2 cores:
     1 MiB blocks byte by byte, 4 rounds a size (~19 min; natively it runs in
     `cargo test`)
 With the pool's runs below, the subset takes about 7 minutes on a 2-core Zen 3 from clean
-target dirs (builds included; 9.5 with the packages one after the other); everything took
-22 minutes.
+target dirs (builds included; 9.5 with the packages one after the other) and 3.6 on a Zen 5
+with the conformance binary on the provider's side, both sides ending at 190 s; everything
+took 22 minutes.
 
 Then, with or without --full, the kernels pool: its tests
 what_tasks_write_is_the_callers_after_run and a_sleeping_worker_is_woken_by_the_next_job
@@ -111,12 +112,13 @@ pub fn miri(options: MiriArgs) -> Result<(), String> {
             format!("the subset: all but {MIRI_SKIPPED:?} (--full runs them too)")
         }
     );
-    // Miri interprets on one core: the two packages run side by side, each in a target dir
-    // of its own (the allocators' output is held and printed when it ends), and the pool
-    // follows the provider's tests while the allocators' longer run goes on.
+    // Miri interprets on one core: the allocators' tests (output held, printed when they
+    // end) run beside the provider's, the pool's, then the allocators' conformance binary,
+    // the longest one, which balances the two sides (each in a target dir of its own).
     let started = Instant::now();
-    let mut allocators = miri_package_command("keepalloc-allocators", "miri-allocators", &args);
-    let allocators = std::thread::spawn(move || allocators.output());
+    let (cargo_args, test_args) = split_test_args(&args);
+    let rest = allocator_commands_but_conformance(&cargo_args, &test_args)?;
+    let allocators = std::thread::spawn(move || (run_held(rest), started.elapsed()));
     let provider = util::run(&mut miri_package_command(
         "keepalloc-provider",
         "miri",
@@ -127,30 +129,106 @@ pub fn miri(options: MiriArgs) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     let pool = provider.and_then(|()| miri_pool());
+    let conformance = pool.and_then(|()| {
+        let mut cmd = miri_package_command("keepalloc-allocators", "miri", &cargo_args);
+        cmd.args(["--test", CONFORMANCE, "--"]).args(&test_args);
+        let result = util::run(&mut cmd);
+        eprintln!(
+            "miri: keepalloc-allocators' {CONFORMANCE} ended after {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        result
+    });
     let allocators = match allocators.join() {
-        Ok(Ok(out)) => {
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        Ok((result, ended)) => {
             eprintln!(
-                "miri: keepalloc-allocators ended after {:.0} s ({})",
-                started.elapsed().as_secs_f64(),
-                out.status
+                "miri: keepalloc-allocators' other tests ended after {:.0} s",
+                ended.as_secs_f64()
             );
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "miri: keepalloc-allocators' tests failed: {}",
-                    out.status
-                ))
-            }
+            result
         }
-        Ok(Err(e)) => Err(format!(
-            "miri: could not run cargo miri for keepalloc-allocators: {e}"
-        )),
         Err(_) => Err("miri: the thread running keepalloc-allocators panicked".to_string()),
     };
-    pool.and(allocators)
+    conformance.and(allocators)
+}
+
+/// The allocators' test binary that runs on the provider's side (see [`miri`]).
+const CONFORMANCE: &str = "conformance";
+
+/// `args` split at `--`: cargo's, then the test binaries'.
+fn split_test_args(args: &[String]) -> (Vec<String>, Vec<String>) {
+    match args.iter().position(|a| a == "--") {
+        Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
+        None => (args.to_vec(), Vec::new()),
+    }
+}
+
+/// The allocators' tests but [`CONFORMANCE`]: the library and every other integration test
+/// (named from `cargo metadata`), then the doc tests (cargo runs `--doc` on its own).
+fn allocator_commands_but_conformance(
+    cargo_args: &[String],
+    test_args: &[String],
+) -> Result<Vec<Command>, String> {
+    let out = util::cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("miri: could not run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("miri: cargo metadata failed: {}", out.status));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("miri: reading cargo metadata: {e}"))?;
+    let tests = allocator_tests(&meta);
+    if !tests.iter().any(|t| t == CONFORMANCE) {
+        return Err(format!(
+            "miri: keepalloc-allocators has no `{CONFORMANCE}` test target (cargo metadata)"
+        ));
+    }
+    let command = |selection: &[String]| {
+        let mut cmd = miri_package_command("keepalloc-allocators", "miri-allocators", cargo_args);
+        cmd.args(selection).arg("--").args(test_args);
+        cmd
+    };
+    let mut selection = vec!["--lib".to_string()];
+    for test in tests.iter().filter(|t| *t != CONFORMANCE) {
+        selection.extend(["--test".to_string(), test.clone()]);
+    }
+    Ok(vec![command(&selection), command(&["--doc".to_string()])])
+}
+
+/// The integration test targets of keepalloc-allocators in `cargo metadata`'s output.
+fn allocator_tests(meta: &serde_json::Value) -> Vec<String> {
+    let packages = meta["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    packages
+        .iter()
+        .filter(|p| p["name"] == "keepalloc-allocators")
+        .flat_map(|p| p["targets"].as_array().map(Vec::as_slice).unwrap_or(&[]))
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "test"))
+        })
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Runs `commands` one after the other, holding their output and printing it at the end;
+/// the first failure stops the rest.
+fn run_held(commands: Vec<Command>) -> Result<(), String> {
+    for mut cmd in commands {
+        let out = cmd
+            .output()
+            .map_err(|e| format!("miri: could not run {cmd:?}: {e}"))?;
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
+            return Err(format!("miri: {cmd:?} failed: {}", out.status));
+        }
+    }
+    Ok(())
 }
 
 /// `cargo miri test -p package` with `args`, in `target/<target_dir>`.
