@@ -223,14 +223,62 @@ pub(crate) const F32_QC8W_BLOCKED_FROM: usize = 16;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const F32_QC8W_KC: usize = 256;
 
-/// f32_qc8w blocked: most rows per chunk (every row tile of a chunk reads each widened
-/// slice); 48 measured lower, 192 the same. Measure: `cargo xtask bench --op f32_qc8w`
+/// How `f32_qc8w` on AVX-512 runs a batch (see `lowp::blocked::f32_qc8w`).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const F32_QC8W_MC: usize = 96;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum F32Qc8wDriver {
+    /// The tile kernel, widening at every k, A read in place.
+    Tiles,
+    /// Tiles widening at every k over K blocks of their rows of A copied to the stack.
+    TilesCopied,
+    /// Row chunks sharing each panel's K block widened once.
+    Sliced,
+}
+
+/// The driver of an `f32_qc8w` batch of `m` rows `lda` bytes apart on AVX-512. Zen 5
+/// widens on pipes its FMAs do not use, so its tiles widen as they go (ahead of the slice
+/// at every shape measured), copying A when its rows all fall in one L1 set (`lda` a
+/// multiple of the 4 KiB a way spans). Intel and Zen 4 keep the slice (not measured here).
+/// Measure: `cargo xtask bench --op f32_qc8w --shapes 64x1024x1024,64x1000x1024,256x512x2048`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver {
+    if m < F32_QC8W_BLOCKED_FROM {
+        return F32Qc8wDriver::Tiles;
+    }
+    #[cfg(test)]
+    if let Some(driver) = F32_QC8W_DRIVER.get() {
+        return driver;
+    }
+    if !c.zen5 {
+        F32Qc8wDriver::Sliced
+    } else if lda.is_multiple_of(4096) {
+        F32Qc8wDriver::TilesCopied
+    } else {
+        F32Qc8wDriver::Tiles
+    }
+}
 
 /// f32_qc8w blocked: most bytes of A per chunk, so it stays in L2 while the panels pass.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const F32_QC8W_A_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+std::thread_local! {
+    /// Tests run every [`F32Qc8wDriver`] on any AVX-512 CPU: the one this thread's batches
+    /// of [`F32_QC8W_BLOCKED_FROM`] rows or more take (None: the CPU's).
+    pub(crate) static F32_QC8W_DRIVER: core::cell::Cell<Option<F32Qc8wDriver>> =
+        const { core::cell::Cell::new(None) };
+}
+
+/// f32_qc8w blocked by tiles: k values per K block of a tile's A copied to the stack
+/// (12 rows: 24 KiB).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_TILE_KC: usize = 512;
+
+/// f32_qc8w blocked: most rows per chunk (every row tile of a chunk reads each widened
+/// slice); 48 measured lower, 192 the same. Measure: `cargo xtask bench --op f32_qc8w`
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_MC: usize = 96;
 
 /// bf16 on AVX2: batches from this many rows take the blocked driver (A and each panel's
 /// K block widened to f32 once, the f32 kernel on them). Measure: `cargo xtask bench --op

@@ -22,7 +22,9 @@
 //!   run the K-blocked driver of `blocked/`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
 //!   accumulators, the packed weights streamed once per row chunk, partial sums kept
 //!   between K blocks (see its docs). So does `f32_qc8w` on AVX-512 from 16 rows, each K
-//!   block of its int8 weights widened to f32 once per row chunk. So does `qd8_f32_qc8w` on
+//!   block of its int8 weights widened to f32 once per row chunk, except on Zen 5 (which
+//!   widens off its FMA pipes: the tile kernel, its rows of A copied first when they lie a
+//!   multiple of 4 KiB apart; `tuning::f32_qc8w_driver`). So does `qd8_f32_qc8w` on
 //!   AVX2 (no VNNI) from six rows: A and each panel's K block widened to i16 once, 6 × 16
 //!   tiles of `vpmaddwd`; and `bf16_f32` on AVX2 from six rows, widened to f32 for the f32
 //!   GEMM's AVX2 microkernel.
@@ -59,7 +61,7 @@ pub(crate) use parallel::run_in;
 
 use crate::gemm::row_tiles;
 #[cfg(target_arch = "x86_64")]
-use crate::tuning::{BF16_AVX2_BLOCKED_FROM, F32_QC8W_BLOCKED_FROM, QD8_AVX2_BLOCKED_FROM};
+use crate::tuning::{self, BF16_AVX2_BLOCKED_FROM, F32Qc8wDriver, QD8_AVX2_BLOCKED_FROM};
 use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};
 
 /// Per-row quantization of a qd8 activation row as the kernels read it: the zero point
@@ -196,9 +198,18 @@ pub(crate) unsafe fn run(job: &Job) {
             // SAFETY: as above; the panels are packed for NR = 16 (`shape`).
             return unsafe { avx2::f32_qc8w_batch1(job) };
         }
-        (Kind::F32Qc8w, DotIsa::Avx512) if job.m >= F32_QC8W_BLOCKED_FROM => {
-            // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
-            return unsafe { blocked::f32_qc8w(job) };
+        (Kind::F32Qc8w, DotIsa::Avx512) => {
+            match tuning::f32_qc8w_driver(job.m, job.lda, crate::cpu::caches()) {
+                F32Qc8wDriver::Sliced => {
+                    // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
+                    return unsafe { blocked::f32_qc8w::sliced(job) };
+                }
+                F32Qc8wDriver::TilesCopied => {
+                    // SAFETY: as above; the panels are packed for NR = 32 (`shape`).
+                    return unsafe { blocked::f32_qc8w::by_tiles(job) };
+                }
+                F32Qc8wDriver::Tiles => {}
+            }
         }
         _ => {}
     }

@@ -44,7 +44,12 @@
 //!   256 int8 weights a column is widened to f32 into a 32 KiB slice on the stack, which
 //!   every 12-row tile of the chunk reads (FMAs only, where the tile kernel spends a seventh
 //!   of its FMA ports widening); partial sums in C between K blocks, the last block scales
-//!   and clamps. The same FMA chain per output as the tile kernel, so the same bits.
+//!   and clamps. The same FMA chain per output as the tile kernel, so the same bits. On
+//!   Zen 5, whose widening does not take FMA pipes, the tile kernel runs instead, and when
+//!   A's rows are a multiple of 4 KiB apart (all in one L1 set) the tiles read a copy of
+//!   them: per N block of 16 panels and K block of 512, each tile's rows are copied to the
+//!   stack one cache line apart, then every panel of the block runs on them, widening as
+//!   it reads (`f32_qc8w::by_tiles`).
 //!
 //! * bf16 on AVX2 from [`BF16_AVX2_BLOCKED_FROM`](crate::tuning::BF16_AVX2_BLOCKED_FROM)
 //!   rows: in chunks of up to 48 rows and K blocks of 256, A is widened to f32 on the stack,
@@ -63,7 +68,7 @@
 mod bf16;
 mod bf16_amx;
 mod bf16_avx2;
-mod f32_qc8w;
+pub(super) mod f32_qc8w;
 mod qd8;
 mod qd8_avx2;
 #[cfg(test)]
@@ -76,7 +81,6 @@ use super::{Job, RowQuant};
 pub(super) use bf16::bf16;
 pub(super) use bf16_amx::bf16_amx;
 pub(super) use bf16_avx2::bf16_avx2;
-pub(super) use f32_qc8w::f32_qc8w;
 pub(super) use qd8::{NR_QD8, qd8, qd8_amx, qd8_prepare};
 pub(super) use qd8_avx2::qd8_avx2;
 

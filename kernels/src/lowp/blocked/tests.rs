@@ -204,16 +204,38 @@ fn qd8_matches_scalar(isa: DotIsa, m: usize, k: usize, n: usize) {
 
 #[test]
 fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
-    // A batch from F32_QC8W_BLOCKED_FROM rows takes the blocked driver; the same rows run
-    // ten at a time take the tile kernel (one chain per output, as the blocked one). 100
-    // rows: two row chunks (96, 4); K = 600: three K blocks (256, 256, 88); N = 70: an N
-    // edge; strided rows; clamped and unbounded.
-    use crate::tuning::{F32_QC8W_BLOCKED_FROM, F32_QC8W_KC, F32_QC8W_MC};
+    // A batch from F32_QC8W_BLOCKED_FROM rows takes the driver the CPU's rule picks, here
+    // each of them in turn; the same rows run ten at a time take the tile kernel (one chain
+    // per output, as the others). 100 rows: two row chunks (96, 4), nine row tiles; K =
+    // 1100: five sliced K blocks (256 × 4, 76), three copied ones (512, 512, 76); N = 600:
+    // two N blocks of the copying driver (16 panels, 3) and an N edge; rows 2048 floats
+    // apart (the stride that copies on Zen 5) and strided ones; clamped and unbounded.
+    use crate::tuning::{
+        F32_QC8W_BLOCKED_FROM, F32_QC8W_DRIVER, F32_QC8W_KC, F32_QC8W_MC, F32_QC8W_TILE_KC,
+        F32Qc8wDriver, LOWP_N_BLOCK_BYTES,
+    };
     if !DotIsa::Avx512.is_supported() {
         return;
     }
-    let (m, k, n, lda, ldc) = (100, 600, 70, 603, 75);
-    assert!(m > F32_QC8W_MC && k > 2 * F32_QC8W_KC && 10 < F32_QC8W_BLOCKED_FROM);
+    let (m, k, n) = (100, 1100, 600);
+    assert!(m > F32_QC8W_MC && k > 4 * F32_QC8W_KC && k > 2 * F32_QC8W_TILE_KC);
+    assert!(10 < F32_QC8W_BLOCKED_FROM && n > LOWP_N_BLOCK_BYTES / F32_QC8W_TILE_KC);
+    for driver in [
+        None,
+        Some(F32Qc8wDriver::Sliced),
+        Some(F32Qc8wDriver::TilesCopied),
+        Some(F32Qc8wDriver::Tiles),
+    ] {
+        F32_QC8W_DRIVER.set(driver);
+        for (lda, ldc) in [(2048, 600), (1103, 605)] {
+            f32_qc8w_whole_equals_pieces(m, k, n, lda, ldc, &format!("{driver:?}"));
+        }
+    }
+    F32_QC8W_DRIVER.set(None);
+}
+
+/// `m` rows of f32_qc8w at once and ten at a time, bit for bit (see the caller).
+fn f32_qc8w_whole_equals_pieces(m: usize, k: usize, n: usize, lda: usize, ldc: usize, what: &str) {
     let x = values(11, m * lda);
     let w: Vec<i8> = values(12, n * k)
         .iter()
@@ -235,7 +257,8 @@ fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
         )
         .unwrap();
         let run = |rows, x: &[f32], y: &mut [f32]| op.run(rows, x, y).unwrap();
-        whole_equals_pieces((m, n, lda, ldc), 10, &x, run, &format!("[{lo}, {hi}]"));
+        let what = format!("{what} lda {lda} [{lo}, {hi}]");
+        whole_equals_pieces((m, n, lda, ldc), 10, &x, run, &what);
     }
 }
 
