@@ -19,8 +19,9 @@
 //!   onto the bias; the per-channel scale multiplies the sum once at the end (XNNPACK's
 //!   definition: `y = scale · (bias + Σ x·w)`).
 //!
-//! One or two rows (batch 1 or 2) would be latency-bound on one accumulator chain per
-//! register, so they split K over four (one row) or two (two rows) independent chains.
+//! Tiles of under six rows would be latency-bound on one accumulator chain per register,
+//! so they split K over four (one or two rows) or two (three to five rows) independent
+//! chains.
 
 use core::arch::x86_64::*;
 
@@ -32,12 +33,14 @@ fn lanes(n: usize) -> __mmask16 {
     ((1u32 << n.min(16)) - 1) as __mmask16
 }
 
-/// Independent chains per accumulator for a tile of `mr` rows.
-#[inline(always)]
+/// Independent chains per accumulator of a tile of `mr` rows: under six rows, one chain
+/// per register would leave the FMA (or `vdpbf16ps`) pipes waiting on their latency. Tiles
+/// of 1–5 rows only come from batches under 32 rows, which a pool never cuts by rows, so a
+/// row's chain count is the same in every cut.
 const fn chains(mr: usize) -> usize {
     match mr {
-        1 => 4,
-        2 => 2,
+        1 | 2 => 4,
+        3..=5 => 2,
         _ => 1,
     }
 }
@@ -67,18 +70,19 @@ unsafe fn finish(t: &Tile, r: usize, v: [__m512; 2]) {
     }
 }
 
+/// Dispatches `mr` rows to `$kernel::<R, chains(R), PF>` (PF: batch 1 prefetches).
 macro_rules! by_rows {
     ($kernel:ident, $mr:expr, $t:expr) => {
         match ($mr, $t.pf != 0) {
-            (1, true) => $kernel::<1, true>($t),
-            (1, false) => $kernel::<1, false>($t),
-            (2, _) => $kernel::<2, false>($t),
-            (3, _) => $kernel::<3, false>($t),
-            (4, _) => $kernel::<4, false>($t),
-            (5, _) => $kernel::<5, false>($t),
-            (6, _) => $kernel::<6, false>($t),
-            (7, _) => $kernel::<7, false>($t),
-            _ => $kernel::<8, false>($t),
+            (1, true) => $kernel::<1, { chains(1) }, true>($t),
+            (1, false) => $kernel::<1, { chains(1) }, false>($t),
+            (2, _) => $kernel::<2, { chains(2) }, false>($t),
+            (3, _) => $kernel::<3, { chains(3) }, false>($t),
+            (4, _) => $kernel::<4, { chains(4) }, false>($t),
+            (5, _) => $kernel::<5, { chains(5) }, false>($t),
+            (6, _) => $kernel::<6, { chains(6) }, false>($t),
+            (7, _) => $kernel::<7, { chains(7) }, false>($t),
+            _ => $kernel::<8, { chains(8) }, false>($t),
         }
     };
 }
@@ -94,15 +98,14 @@ pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
 /// # Safety
 /// As [`bf16()`], with `MR` rows.
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
-    let u = chains(MR);
+unsafe fn bf16_n<const MR: usize, const U: usize, const PF: bool>(t: &Tile) {
     // A rows hold k bf16 values (pairs read as unaligned u32 words, the odd tail as one
     // u16); the panel holds 32 biases and ceil(k/2) words of 32 columns, 64-byte aligned.
     // SAFETY: every load below stays inside A's rows or the panel; prefetches never fault.
     unsafe {
         let p = t.panel.cast::<f32>();
         let bias = [_mm512_load_ps(p), _mm512_load_ps(p.add(16))];
-        let mut acc = [[[_mm512_setzero_ps(); 2]; MR]; 4];
+        let mut acc = [[[_mm512_setzero_ps(); 2]; MR]; U];
         acc[0] = [bias; MR];
         let mut w = t.panel.add(128);
         let kw = t.k / 2;
@@ -114,8 +117,8 @@ unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
             core::mem::transmute::<__m512i, __m512bh>(_mm512_load_si512(w.cast()))
         };
         let mut s = 0;
-        while s + u <= kw {
-            for c in 0..u {
+        while s + U <= kw {
+            for c in 0..U {
                 let wc = w.add(128 * c);
                 if PF {
                     _mm_prefetch::<_MM_HINT_T1>(wc.wrapping_offset(t.pf).cast());
@@ -128,8 +131,8 @@ unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
                     acc[1] = _mm512_dpbf16_ps(acc[1], x, w1);
                 }
             }
-            w = w.add(128 * u);
-            s += u;
+            w = w.add(128 * U);
+            s += U;
         }
         while s < kw {
             let (w0, w1) = (wload(w), wload(w.add(64)));
@@ -156,7 +159,7 @@ unsafe fn bf16_n<const MR: usize, const PF: bool>(t: &Tile) {
         }
         for r in 0..MR {
             let mut v = acc[0][r];
-            for chain in acc.iter().take(u).skip(1) {
+            for chain in acc.iter().skip(1) {
                 v = [
                     _mm512_add_ps(v[0], chain[r][0]),
                     _mm512_add_ps(v[1], chain[r][1]),
@@ -174,10 +177,10 @@ pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     // SAFETY: forwarded (caller).
     unsafe {
         match mr {
-            9 => f32_qc8w_n::<9, false>(t),
-            10 => f32_qc8w_n::<10, false>(t),
-            11 => f32_qc8w_n::<11, false>(t),
-            12 => f32_qc8w_n::<12, false>(t),
+            9 => f32_qc8w_n::<9, 1, false>(t),
+            10 => f32_qc8w_n::<10, 1, false>(t),
+            11 => f32_qc8w_n::<11, 1, false>(t),
+            12 => f32_qc8w_n::<12, 1, false>(t),
             _ => by_rows!(f32_qc8w_n, mr, t),
         }
     }
@@ -186,13 +189,12 @@ pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
 /// # Safety
 /// As [`f32_qc8w`], with `MR` rows.
 #[target_feature(enable = "avx512f")]
-unsafe fn f32_qc8w_n<const MR: usize, const PF: bool>(t: &Tile) {
-    let u = chains(MR);
+unsafe fn f32_qc8w_n<const MR: usize, const U: usize, const PF: bool>(t: &Tile) {
     // A rows hold k floats; the panel holds 2 × 32 header slots and k × 32 weight bytes.
     // SAFETY: every load below stays inside A's rows or the panel; prefetches never fault.
     unsafe {
         let p = t.panel.cast::<f32>();
-        let mut acc = [[[_mm512_setzero_ps(); 2]; MR]; 4];
+        let mut acc = [[[_mm512_setzero_ps(); 2]; MR]; U];
         acc[0] = [[_mm512_load_ps(p), _mm512_load_ps(p.add(16))]; MR];
         let mut w = t.panel.add(2 * 128);
         let a =
@@ -200,14 +202,14 @@ unsafe fn f32_qc8w_n<const MR: usize, const PF: bool>(t: &Tile) {
         let widen =
             |w: *const u8| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(w.cast())));
         let mut kk = 0;
-        while kk + u <= t.k {
+        while kk + U <= t.k {
             if PF {
                 _mm_prefetch::<_MM_HINT_T1>(w.wrapping_offset(t.pf).cast());
-                if u == 4 {
+                if U == 4 {
                     _mm_prefetch::<_MM_HINT_T1>(w.wrapping_offset(t.pf + 64).cast());
                 }
             }
-            for c in 0..u {
+            for c in 0..U {
                 let wc = w.add(32 * c);
                 let (w0, w1) = (widen(wc), widen(wc.add(16)));
                 for (r, acc) in acc[c].iter_mut().enumerate() {
@@ -216,8 +218,8 @@ unsafe fn f32_qc8w_n<const MR: usize, const PF: bool>(t: &Tile) {
                     acc[1] = _mm512_fmadd_ps(x, w1, acc[1]);
                 }
             }
-            w = w.add(32 * u);
-            kk += u;
+            w = w.add(32 * U);
+            kk += U;
         }
         while kk < t.k {
             let (w0, w1) = (widen(w), widen(w.add(16)));
@@ -232,7 +234,7 @@ unsafe fn f32_qc8w_n<const MR: usize, const PF: bool>(t: &Tile) {
         let scale = [_mm512_load_ps(p.add(32)), _mm512_load_ps(p.add(48))];
         for r in 0..MR {
             let mut v = acc[0][r];
-            for chain in acc.iter().take(u).skip(1) {
+            for chain in acc.iter().skip(1) {
                 v = [
                     _mm512_add_ps(v[0], chain[r][0]),
                     _mm512_add_ps(v[1], chain[r][1]),
