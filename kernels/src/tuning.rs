@@ -211,17 +211,13 @@ pub(crate) fn blocked_prefetches(m: usize, from_rows: usize, packed: usize) -> b
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const QD8_MC: usize = 256;
 
-/// f32_qc8w on AVX-512: batches from this many rows (two row tiles) widen each K block of
-/// the weights once per row chunk (`lowp::blocked::f32_qc8w`); fewer widen them at every k
-/// in the tile, since one tile a chunk would widen as often plus a round trip through L1.
+/// f32_qc8w on AVX-512: batches from this many rows (two row tiles) take the blocked
+/// drivers where [`f32_qc8w_driver`] says (`lowp::blocked::f32_qc8w`); fewer widen the
+/// weights at every k in the tile, since one tile a chunk would widen as often plus a round
+/// trip through L1.
 /// Measure: `cargo xtask bench --op f32_qc8w --shapes 8x512x512,12x1024x1024,16x1024x1024,24x1024x1024`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const F32_QC8W_BLOCKED_FROM: usize = 16;
-
-/// f32_qc8w blocked: k values per widened K block (a 32 KiB f32 slice of a panel); 128 and
-/// 512 measured no better. Measure: `cargo xtask bench --op f32_qc8w`
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const F32_QC8W_KC: usize = 256;
 
 /// How `f32_qc8w` on AVX-512 runs a batch (see `lowp::blocked::f32_qc8w`).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -245,7 +241,7 @@ pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver 
     if m < F32_QC8W_BLOCKED_FROM {
         return F32Qc8wDriver::Tiles;
     }
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     if let Some(driver) = F32_QC8W_DRIVER.get() {
         return driver;
     }
@@ -258,11 +254,7 @@ pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver 
     }
 }
 
-/// f32_qc8w blocked: most bytes of A per chunk, so it stays in L2 while the panels pass.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const F32_QC8W_A_BYTES: usize = 1 << 20;
-
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 std::thread_local! {
     /// Tests run every [`F32Qc8wDriver`] on any AVX-512 CPU: the one this thread's batches
     /// of [`F32_QC8W_BLOCKED_FROM`] rows or more take (None: the CPU's).
@@ -270,15 +262,24 @@ std::thread_local! {
         const { core::cell::Cell::new(None) };
 }
 
-/// f32_qc8w blocked by tiles: k values per K block of a tile's A copied to the stack
-/// (12 rows: 24 KiB).
+/// f32_qc8w blocked: k values per widened K block (a 32 KiB f32 slice of a panel); 128 and
+/// 512 measured no better. Measure: `cargo xtask bench --op f32_qc8w`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const F32_QC8W_TILE_KC: usize = 512;
+pub(crate) const F32_QC8W_KC: usize = 256;
 
 /// f32_qc8w blocked: most rows per chunk (every row tile of a chunk reads each widened
 /// slice); 48 measured lower, 192 the same. Measure: `cargo xtask bench --op f32_qc8w`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const F32_QC8W_MC: usize = 96;
+
+/// f32_qc8w blocked: most bytes of A per chunk, so it stays in L2 while the panels pass.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_A_BYTES: usize = 1 << 20;
+
+/// f32_qc8w blocked by tiles: k values per K block of a tile's A copied to the stack
+/// (12 rows: 24 KiB); not tuned further.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const F32_QC8W_TILE_KC: usize = 512;
 
 /// bf16 on AVX2: batches from this many rows take the blocked driver (A and each panel's
 /// K block widened to f32 once, the f32 kernel on them). Measure: `cargo xtask bench --op
