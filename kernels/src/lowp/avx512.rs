@@ -1,7 +1,6 @@
-//! AVX-512 low-precision microkernels: up to 8 rows × 32 columns (16 zmm accumulators, A
-//! broadcast straight from its rows), masked stores for the N edge; `f32_qc8w` up to 12
-//! rows (24 accumulators), since its weights are widened at every k and a taller tile
-//! shares each widening among more FMAs.
+//! AVX-512 low-precision microkernels: up to 12 rows × 32 columns (24 zmm accumulators, A
+//! broadcast straight from its rows), masked stores for the N edge. A taller tile shares
+//! each weight load (and `f32_qc8w`'s widening at every k) among more instructions.
 //!
 //! * `bf16`: AVX512-BF16 `vdpbf16ps`: each instruction adds, per f32 lane, the two products
 //!   of a bf16 pair of A (broadcast) with the pair of W packed for that column. The products
@@ -82,13 +81,17 @@ macro_rules! by_rows {
             (5, _) => $kernel::<5, { chains(5) }, false>($t),
             (6, _) => $kernel::<6, { chains(6) }, false>($t),
             (7, _) => $kernel::<7, { chains(7) }, false>($t),
-            _ => $kernel::<8, { chains(8) }, false>($t),
+            (8, _) => $kernel::<8, { chains(8) }, false>($t),
+            (9, _) => $kernel::<9, { chains(9) }, false>($t),
+            (10, _) => $kernel::<10, { chains(10) }, false>($t),
+            (11, _) => $kernel::<11, { chains(11) }, false>($t),
+            _ => $kernel::<12, { chains(12) }, false>($t),
         }
     };
 }
 
 /// # Safety
-/// `t` describes valid buffers (see `lowp::run`), `1 <= mr <= 8`, and the CPU has
+/// `t` describes valid buffers (see `lowp::run`), `1 <= mr <= 12`, and the CPU has
 /// AVX-512F and AVX512-BF16.
 pub(super) unsafe fn bf16(mr: usize, t: &Tile) {
     // SAFETY: forwarded (caller).
@@ -175,15 +178,7 @@ unsafe fn bf16_n<const MR: usize, const U: usize, const PF: bool>(t: &Tile) {
 /// AVX-512F.
 pub(super) unsafe fn f32_qc8w(mr: usize, t: &Tile) {
     // SAFETY: forwarded (caller).
-    unsafe {
-        match mr {
-            9 => f32_qc8w_n::<9, 1, false>(t),
-            10 => f32_qc8w_n::<10, 1, false>(t),
-            11 => f32_qc8w_n::<11, 1, false>(t),
-            12 => f32_qc8w_n::<12, 1, false>(t),
-            _ => by_rows!(f32_qc8w_n, mr, t),
-        }
-    }
+    unsafe { by_rows!(f32_qc8w_n, mr, t) }
 }
 
 /// # Safety

@@ -62,7 +62,9 @@ pub(crate) use parallel::run_in;
 use crate::gemm::row_tiles;
 #[cfg(target_arch = "x86_64")]
 use crate::tuning::{self, BF16_AVX2_BLOCKED_FROM, F32Qc8wDriver, QD8_AVX2_BLOCKED_FROM};
-use crate::tuning::{LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES};
+use crate::tuning::{
+    self as lowp_tuning, LOWP_GEMV_PREFETCH_ABOVE, LOWP_GEMV_PREFETCH_BYTES, LOWP_N_BLOCK_BYTES,
+};
 
 /// Per-row quantization of a qd8 activation row as the kernels read it: the zero point
 /// plus 128 (the activations are stored as `q + 128`, unsigned, for `vpdpbusd`) and the
@@ -93,8 +95,11 @@ pub(crate) const fn shape(kind: Kind, isa: DotIsa) -> Shape {
             mr: 6,
             nr: blocked::NR_QD8,
         },
-        // Two widenings (4 uops on the FMA ports) per k feed 24 FMAs instead of 16.
-        (Kind::F32Qc8w, DotIsa::Avx512) => Shape { mr: 12, nr: 32 },
+        // Two widenings (4 uops on the FMA ports) per k feed 24 FMAs instead of 16; bf16's
+        // two weight loads per pair feed 24 `vdpbf16ps` (see `tuning::lowp_tile_rows`).
+        (Kind::F32Qc8w, DotIsa::Avx512) | (Kind::Bf16F32, DotIsa::Avx512Bf16) => {
+            Shape { mr: 12, nr: 32 }
+        }
         (_, DotIsa::Avx512 | DotIsa::Avx512Vnni | DotIsa::Avx512Bf16 | DotIsa::Amx) => {
             Shape { mr: 8, nr: 32 }
         }
@@ -214,6 +219,7 @@ pub(crate) unsafe fn run(job: &Job) {
         _ => {}
     }
     let s = shape(job.kind, job.isa);
+    let mr = lowp_tuning::lowp_tile_rows(job.kind, s.mr, job.lda);
     let panel = panel_bytes(job.kind, s.nr, job.k);
     let panels = job.n.div_ceil(s.nr);
     let total = panel * panels;
@@ -226,7 +232,7 @@ pub(crate) unsafe fn run(job: &Job) {
     let mut p0 = 0;
     while p0 < panels {
         let p1 = (p0 + per_block).min(panels);
-        for (m0, mr) in row_tiles(job.m, s.mr) {
+        for (m0, mr) in row_tiles(job.m, mr) {
             for p in p0..p1 {
                 // Rows m0..m0+mr, panel p and its nvalid columns are in bounds (caller).
                 // SAFETY: every pointer below stays inside the buffers described above.

@@ -31,6 +31,22 @@ fn only_enough_rows_over_a_mebibyte_of_weights_prefetch() {
 }
 
 #[test]
+fn bf16_tiles_keep_to_8_rows_only_at_4_kib_strides() {
+    // The rule only changes speed (a row's chains are the same in 6- to 12-row tiles), so
+    // the rule itself is what is pinned.
+    use crate::lowp::Kind;
+    use crate::tuning::lowp_tile_rows;
+    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 2 * 1000), 12);
+    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 2 * 2048), 8);
+    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 3 * 4096), 8);
+    assert_eq!(
+        lowp_tile_rows(Kind::F32Qc8w, 12, 4096),
+        12,
+        "f32_qc8w copies A instead"
+    );
+}
+
+#[test]
 fn bf16_row_chunks_and_k_blocks_match_the_f64_reference() {
     // 100 rows: three chunks of widened A (48, 48, 4); K = 601: three K blocks, the
     // last with an odd tail; N = 70: an N edge; strided rows.
