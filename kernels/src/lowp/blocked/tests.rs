@@ -42,7 +42,7 @@ fn bf16_tiles_keep_to_8_rows_only_at_4_kib_strides() {
     assert_eq!(
         lowp_tile_rows(Kind::F32Qc8w, 12, 4096),
         12,
-        "f32_qc8w copies A instead"
+        "the rule is bf16's: f32_qc8w's tiles keep 12 rows"
     );
 }
 
