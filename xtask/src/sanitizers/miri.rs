@@ -156,7 +156,7 @@ pub fn miri(options: MiriArgs) -> Result<(), String> {
 const CONFORMANCE: &str = "conformance";
 
 /// `args` split at `--`: cargo's, then the test binaries'.
-fn split_test_args(args: &[String]) -> (Vec<String>, Vec<String>) {
+pub(super) fn split_test_args(args: &[String]) -> (Vec<String>, Vec<String>) {
     match args.iter().position(|a| a == "--") {
         Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
         None => (args.to_vec(), Vec::new()),
@@ -197,7 +197,7 @@ fn allocator_commands_but_conformance(
 }
 
 /// The integration test targets of keepalloc-allocators in `cargo metadata`'s output.
-fn allocator_tests(meta: &serde_json::Value) -> Vec<String> {
+pub(super) fn allocator_tests(meta: &serde_json::Value) -> Vec<String> {
     let packages = meta["packages"]
         .as_array()
         .map(Vec::as_slice)

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use super::miri::{MiriAccess, miri_pool_race, parse_miri_race, slot_early_read};
+use super::miri::{
+    MiriAccess, allocator_tests, miri_pool_race, parse_miri_race, slot_early_read, split_test_args,
+};
 use super::nightly::Require;
 use super::pool::{
     POOL_SLOT_WITNESS_TEST, POOL_WITNESS_TEST, POOL_WORKER_SOURCE, pool_mutant_config,
@@ -342,4 +344,44 @@ fn finds_test_executables_json() {
         json_string(&line[line.find("\"target\":").unwrap()..], "name").as_deref(),
         Some("cell")
     );
+}
+
+#[test]
+fn miri_splits_cargo_args_from_the_test_binaries_args() {
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        split_test_args(&s(&["--release", "--", "--skip", "x"])),
+        (s(&["--release"]), s(&["--skip", "x"]))
+    );
+    assert_eq!(split_test_args(&s(&["-v"])), (s(&["-v"]), s(&[])));
+}
+
+#[test]
+fn miri_names_the_allocators_integration_tests_only() {
+    // Other packages' tests, the library and the benches are not test targets to select.
+    let meta = serde_json::json!({"packages": [
+        {"name": "keepalloc-provider", "targets": [{"name": "cell", "kind": ["test"]}]},
+        {"name": "keepalloc-allocators", "targets": [
+            {"name": "keepalloc_allocators", "kind": ["lib"]},
+            {"name": "conformance", "kind": ["test"]},
+            {"name": "sizeless", "kind": ["test"]},
+            {"name": "table", "kind": ["bench"]}
+        ]}
+    ]});
+    assert_eq!(allocator_tests(&meta), ["conformance", "sizeless"]);
+}
+
+#[test]
+fn miri_finds_the_conformance_binary_among_the_workspaces_allocator_tests() {
+    // The split runs it on the provider's side and every other one beside: if it moved or
+    // was renamed, `cargo xtask miri` must notice.
+    let out = util::cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tests = allocator_tests(&meta);
+    assert!(tests.iter().any(|t| t == "conformance"), "{tests:?}");
+    assert!(tests.len() > 1, "{tests:?}");
 }

@@ -110,8 +110,8 @@ pub(crate) unsafe fn by_tiles(job: &Job) {
             let k1 = (k0 + F32_QC8W_TILE_KC).min(job.k);
             for (m0, mr) in row_tiles(job.m, MR) {
                 for r in 0..mr {
-                    // SAFETY: row m0 + r of A holds k floats (caller), k0..k1 of them are
-                    // read; row r of the stack copy holds TILE_LD >= k1 - k0 floats (mr <= MR).
+                    // Row m0 + r of A holds k floats (caller), k0..k1 of them are read.
+                    // SAFETY: as above; row r of the stack copy holds TILE_LD >= k1 - k0 floats (mr <= MR).
                     unsafe {
                         core::ptr::copy_nonoverlapping(
                             job.a.add((m0 + r) * job.lda + 4 * k0).cast::<f32>(),
@@ -121,9 +121,8 @@ pub(crate) unsafe fn by_tiles(job: &Job) {
                     }
                 }
                 for p in p0..p1 {
-                    // SAFETY: panel p, its weights k0..k1 (after its 2 × 32 header floats,
-                    // 32 bytes a k), rows m0.. of C and the panel's columns are in bounds
-                    // (caller).
+                    // Panel p's weights k0..k1 follow its 2 × 32 header floats, 32 bytes a k.
+                    // SAFETY: panel p, those weights, rows m0.. of C and the panel's columns are in bounds (caller).
                     unsafe {
                         let base = job.packed.add(p * panel);
                         let b = Blk {
