@@ -247,10 +247,12 @@ pub(crate) enum F32Qc8wDriver {
     Sliced,
 }
 
-/// The driver of an `f32_qc8w` batch of `m` rows `lda` bytes apart on AVX-512. Zen 5
-/// widens on pipes its FMAs do not use, so its tiles widen as they go (ahead of the slice
-/// at every shape measured), copying A when its rows all fall in one L1 set (`lda` a
-/// multiple of the 4 KiB a way spans). Intel and Zen 4 keep the slice (not measured here).
+/// The driver of an `f32_qc8w` batch of `m` rows `lda` bytes apart on AVX-512. On AMD
+/// (Zen 4 and 5) the tiles widen as they go, copying A when its rows all fall in one L1 set
+/// (`lda` a multiple of the 4 KiB a way spans): ahead of the slice on every Zen 5 shape
+/// measured, and on Zen 4 by 4-11% from K = 1024 (1-2% behind at 512x512x512, 64x1000x1024
+/// and 32x96x1536). Intel, where widening takes the FMA ports, and other vendors keep the
+/// slice.
 /// Measure: `cargo xtask bench --op f32_qc8w --shapes 64x1024x1024,64x1000x1024,256x512x2048`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver {
@@ -261,7 +263,7 @@ pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver 
     if let Some(driver) = F32_QC8W_DRIVER.get() {
         return driver;
     }
-    if !c.zen5 {
+    if !c.amd {
         F32Qc8wDriver::Sliced
     } else if lda.is_multiple_of(4096) {
         F32Qc8wDriver::TilesCopied

@@ -22,9 +22,9 @@
 //!   run the K-blocked driver of `blocked/`: tiles of 12×32 (bf16) or 6×64 (qd8), 24 zmm
 //!   accumulators, the packed weights streamed once per row chunk, partial sums kept
 //!   between K blocks (see its docs). So does `f32_qc8w` on AVX-512 from 16 rows, each K
-//!   block of its int8 weights widened to f32 once per row chunk, except on Zen 5 (which
-//!   widens off its FMA pipes: the tile kernel, its rows of A copied first when they lie a
-//!   multiple of 4 KiB apart; `tuning::f32_qc8w_driver`). So does `qd8_f32_qc8w` on
+//!   block of its int8 weights widened to f32 once per row chunk, except on AMD (the tile
+//!   kernel, its rows of A copied first when they lie a multiple of 4 KiB apart;
+//!   `tuning::f32_qc8w_driver`). So does `qd8_f32_qc8w` on
 //!   AVX2 (no VNNI) from six rows: A and each panel's K block widened to i16 once, 6 × 16
 //!   tiles of `vpmaddwd`; and `bf16_f32` on AVX2 from six rows, widened to f32 for the f32
 //!   GEMM's AVX2 microkernel.

@@ -4,7 +4,7 @@
 //! * [`sliced`] (where widening shares the FMA ports, as on Intel): per row chunk and
 //!   panel, each K block of the int8 weights is widened to f32 once, into a slice on the
 //!   stack that every 12 × 32 row tile of the chunk reads, FMAs only.
-//! * [`by_tiles`] (Zen 5 with A rows a multiple of 4 KiB apart: see
+//! * [`by_tiles`] (AMD with A rows a multiple of 4 KiB apart: see
 //!   [`f32_qc8w_driver`](crate::tuning::f32_qc8w_driver)): the tiles widen the weights as
 //!   they read them, as the unblocked kernel does, but from a copy of their rows of A on
 //!   the stack, one cache line apart beyond a K block, since rows 4 KiB apart all fall in

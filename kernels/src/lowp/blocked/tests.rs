@@ -225,7 +225,7 @@ fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
     // per output, as the others). 100 rows: two row chunks (96, 4), nine row tiles; K =
     // 1100: five sliced K blocks (256 × 4, 76), three copied ones (512, 512, 76); N = 600:
     // two N blocks of the copying driver (16 panels, 3) and an N edge; rows 2048 floats
-    // apart (the stride that copies on Zen 5) and strided ones; clamped and unbounded.
+    // apart (the stride that copies on AMD) and strided ones; clamped and unbounded.
     use crate::tuning::{
         F32_QC8W_BLOCKED_FROM, F32_QC8W_DRIVER, F32_QC8W_KC, F32_QC8W_MC, F32_QC8W_TILE_KC,
         F32Qc8wDriver, LOWP_N_BLOCK_BYTES,
@@ -248,6 +248,22 @@ fn f32_qc8w_row_chunks_and_k_blocks_equal_the_tile_kernel_bit_for_bit() {
         }
     }
     F32_QC8W_DRIVER.set(None);
+}
+
+#[test]
+fn f32_qc8w_slices_on_intel_and_widens_in_the_tiles_on_amd() {
+    // Measured on Zen 4 and Zen 5 (tiles ahead from K = 1024) and the Xeon (the slice).
+    use crate::cpu::test_cpus::{XEON, ZEN4, ZEN5};
+    use crate::tuning::{F32_QC8W_BLOCKED_FROM, F32Qc8wDriver::*, f32_qc8w_driver};
+    let (few, many) = (F32_QC8W_BLOCKED_FROM - 1, F32_QC8W_BLOCKED_FROM);
+    for (lda, amd) in [(4096 * 2, TilesCopied), (4096, TilesCopied), (4000, Tiles)] {
+        assert_eq!(f32_qc8w_driver(many, lda, XEON), Sliced, "lda {lda}");
+        assert_eq!(f32_qc8w_driver(many, lda, ZEN4), amd, "lda {lda}");
+        assert_eq!(f32_qc8w_driver(many, lda, ZEN5), amd, "lda {lda}");
+        for cpu in [XEON, ZEN4, ZEN5] {
+            assert_eq!(f32_qc8w_driver(few, lda, cpu), Tiles, "lda {lda}");
+        }
+    }
 }
 
 /// `m` rows of f32_qc8w at once and ten at a time, bit for bit (see the caller).
