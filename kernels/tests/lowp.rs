@@ -135,6 +135,33 @@ fn batch_one_past_the_l3_budget_takes_the_prefetching_path() {
 }
 
 #[test]
+fn batch_one_runs_fit_in_a_small_stack_on_every_isa() {
+    // `lowp::run` must not take in the blocked drivers' stack buffers (up to 64 KiB): every
+    // call would probe them page by page, a quarter of a 1x96x64 qd8 run. Too big a frame
+    // overflows this thread's stack ("has overflowed its stack"). Only the release profile
+    // inlines enough to break it (CI runs this test there too). bf16 on AVX-512F and AMX
+    // run drivers that own such buffers even at batch 1, by design.
+    const STACK: usize = 16 << 10;
+    std::thread::Builder::new()
+        .stack_size(STACK)
+        .spawn(|| {
+            let mut rng = Rng::new(71);
+            for kind in Kind::ALL {
+                let case = LCase::random(&mut rng, 1, 96, 64);
+                for isa in kind.isas() {
+                    if kind == Kind::Bf16F32 && matches!(isa, DotIsa::Avx512 | DotIsa::Amx) {
+                        continue;
+                    }
+                    case.run_and_check(&TABLE, kind, isa, &format!("{} {isa}", kind.name()));
+                }
+            }
+        })
+        .expect("spawn a thread")
+        .join()
+        .expect("batch-1 runs on a small stack");
+}
+
+#[test]
 fn qd8_is_within_half_a_quantization_step_of_the_f32_math() {
     let mut rng = Rng::new(25);
     for isa in Kind::Qd8F32Qc8w.isas() {

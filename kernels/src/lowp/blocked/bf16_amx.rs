@@ -21,6 +21,9 @@ struct Tail([f32; AMX_MC * 32]);
 ///
 /// # Safety
 /// As [`bf16()`], and `amx::supported()` returned true.
+// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
+// on the tile path, probe them page by page.
+#[inline(never)]
 pub(crate) unsafe fn bf16_amx(job: &Job) {
     use amx::BLOCK_ROWS;
     static CONFIG: amx::Config = amx::Config::new();
