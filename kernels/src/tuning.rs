@@ -176,16 +176,16 @@ pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
 /// Measure: `cargo xtask bench --threads 2 --op qd8_f32_qc8w --shapes 512x512x512,256x512x2048,128x1024x1024,128x2048x2048`
 pub(crate) const QD8_ROW_WEIGHT: usize = 16;
 
-/// Rows per tile of the low-precision tile driver for `kind`, whose tiles hold at most `mr`
-/// rows on its ISA: bf16's 12-row tiles keep to 8 when A's rows are a multiple of the
+/// Rows per tile of the low-precision tile driver for bf16, whose tiles hold at most `mr`
+/// rows on its ISA: 12-row tiles keep to 8 when A's rows are a multiple of the
 /// 4 KiB an L1 way spans apart, where 12 rows and their weights would share one L1 set
 /// (the conflict `f32_qc8w_driver` copies A for). On Zen 5, against oneDNN, 12-row tiles
 /// read 12x1000x1024 1.06x (8-row: 0.96x) and the other shapes level within the rounds'
 /// spread; at 4 KiB strides 128x2048x2048 0.87x and 128x4096x4096 0.86x in one set of
 /// rounds (8-row: 0.89-1.01x). Measure: `cargo xtask bench --op bf16_f32`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) fn lowp_tile_rows(kind: crate::lowp::Kind, mr: usize, lda: usize) -> usize {
-    if kind == crate::lowp::Kind::Bf16F32 && lda.is_multiple_of(4096) {
+pub(crate) fn bf16_tile_rows(mr: usize, lda: usize) -> usize {
+    if lda.is_multiple_of(4096) {
         mr.min(8)
     } else {
         mr

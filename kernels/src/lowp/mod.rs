@@ -96,7 +96,7 @@ pub(crate) const fn shape(kind: Kind, isa: DotIsa) -> Shape {
             nr: blocked::NR_QD8,
         },
         // Two widenings (4 uops on the FMA ports) per k feed 24 FMAs instead of 16; bf16's
-        // two weight loads per pair feed 24 `vdpbf16ps` (see `tuning::lowp_tile_rows`).
+        // two weight loads per pair feed 24 `vdpbf16ps` (see `tuning::bf16_tile_rows`).
         (Kind::F32Qc8w, DotIsa::Avx512) | (Kind::Bf16F32, DotIsa::Avx512Bf16) => {
             Shape { mr: 12, nr: 32 }
         }
@@ -219,7 +219,11 @@ pub(crate) unsafe fn run(job: &Job) {
         _ => {}
     }
     let s = shape(job.kind, job.isa);
-    let mr = lowp_tuning::lowp_tile_rows(job.kind, s.mr, job.lda);
+    let mr = if job.kind == Kind::Bf16F32 {
+        lowp_tuning::bf16_tile_rows(s.mr, job.lda)
+    } else {
+        s.mr
+    };
     let panel = panel_bytes(job.kind, s.nr, job.k);
     let panels = job.n.div_ceil(s.nr);
     let total = panel * panels;

@@ -34,16 +34,11 @@ fn only_enough_rows_over_a_mebibyte_of_weights_prefetch() {
 fn bf16_tiles_keep_to_8_rows_only_at_4_kib_strides() {
     // The rule only changes speed (a row's chains are the same in 6- to 12-row tiles), so
     // the rule itself is what is pinned.
-    use crate::lowp::Kind;
-    use crate::tuning::lowp_tile_rows;
-    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 2 * 1000), 12);
-    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 2 * 2048), 8);
-    assert_eq!(lowp_tile_rows(Kind::Bf16F32, 12, 3 * 4096), 8);
-    assert_eq!(
-        lowp_tile_rows(Kind::F32Qc8w, 12, 4096),
-        12,
-        "the rule is bf16's: f32_qc8w's tiles keep 12 rows"
-    );
+    use crate::tuning::bf16_tile_rows;
+    assert_eq!(bf16_tile_rows(12, 2 * 1000), 12);
+    assert_eq!(bf16_tile_rows(12, 2 * 2048), 8);
+    assert_eq!(bf16_tile_rows(12, 3 * 4096), 8);
+    assert_eq!(bf16_tile_rows(6, 4096), 6);
 }
 
 #[test]
