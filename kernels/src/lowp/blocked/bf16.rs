@@ -29,8 +29,7 @@ struct Chunk([f32; MC_BF16 * CHUNK_LD]);
 ///
 /// # Safety
 /// As `lowp::run`, with `job.isa` AVX-512 and the panels packed for NR = 32.
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn bf16(job: &Job) {
     let panel = panel_bytes(Kind::Bf16F32, NR, job.k);

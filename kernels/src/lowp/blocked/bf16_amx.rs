@@ -21,8 +21,7 @@ struct Tail([f32; AMX_MC * 32]);
 ///
 /// # Safety
 /// As [`bf16()`], and `amx::supported()` returned true.
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn bf16_amx(job: &Job) {
     use amx::BLOCK_ROWS;

@@ -34,8 +34,7 @@ struct BBlock([f32; BF16_AVX2_KC * NR]);
 /// # Safety
 /// As `lowp::run`, with `job.kind` `Bf16F32`, `job.isa` AVX2 (supported) and the panels
 /// packed for NR = 16.
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn bf16_avx2(job: &Job) {
     let panel = panel_bytes(Kind::Bf16F32, NR, job.k);

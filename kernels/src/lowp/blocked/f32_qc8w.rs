@@ -44,8 +44,7 @@ struct TileRows([f32; MR * TILE_LD]);
 /// # Safety
 /// As `lowp::run`, with `job.kind` `F32Qc8w`, `job.isa` AVX-512 and the panels packed for
 /// NR = 32.
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn sliced(job: &Job) {
     let panel = panel_bytes(Kind::F32Qc8w, NR, job.k);
@@ -96,8 +95,7 @@ pub(crate) unsafe fn sliced(job: &Job) {
 ///
 /// # Safety
 /// As [`sliced`].
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn by_tiles(job: &Job) {
     let panel = panel_bytes(Kind::F32Qc8w, NR, job.k);

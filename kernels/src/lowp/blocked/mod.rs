@@ -6,6 +6,10 @@
 //! and one or two rows (batch 1 or 2, bound by memory) split each accumulator into four or
 //! two independent chains.
 //!
+//! Every driver here that holds a buffer on its stack is `#[inline(never)]`: each has one
+//! call site, in `lowp::run`, and inlined there its buffers (64 KiB in all) made every
+//! low-precision call, batch 1 on the tile path too, probe them page by page.
+//!
 //! * bf16 on AVX-512F, tiles of 12 rows × 32 columns. On Intel cores `vdpbf16ps` zmm issues
 //!   at a quarter of the rate of `vfmadd231ps` zmm (measured here: 1.3 G/s against
 //!   5.4 G/s), half its multiply-adds, so two FMAs on bf16 widened to f32 (a shift for the

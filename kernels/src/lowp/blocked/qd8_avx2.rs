@@ -51,8 +51,7 @@ struct Call {
 /// # Safety
 /// As `lowp::run`, with `job.kind` `Qd8F32Qc8w`, `job.isa` AVX2 (supported), the panels
 /// packed for NR = 16, and the rows of `job.a` and entries of `job.rows` already written.
-// Never inlined into `lowp::run`: its stack buffers would make every run, even batch 1
-// on the tile path, probe them page by page.
+// Its stack buffers stay out of `lowp::run`'s frame (see the module docs).
 #[inline(never)]
 pub(crate) unsafe fn qd8_avx2(job: &Job) {
     let panel = panel_bytes(Kind::Qd8F32Qc8w, NR, job.k);
