@@ -38,21 +38,23 @@ pub(crate) enum Cut {
 }
 
 impl Cut {
-    /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads,
-    /// reading a row of input costing `row_weight` times a column of weights
-    /// ([`tuning::QD8_ROW_WEIGHT`] for a qd8 job on VNNI that quantizes its input, else 1).
+    /// The cut of an `m × k × n` job with panels of `nr` columns for `threads` threads, not
+    /// cut under `min_macs` multiply-adds (see [`min_parallel_macs`]), reading a row of input
+    /// costing `row_weight` times a column of weights ([`tuning::QD8_ROW_WEIGHT`] for a qd8
+    /// job on VNNI that quantizes its input, else 1).
     pub(crate) fn new(
         m: usize,
         k: usize,
         n: usize,
         nr: usize,
         threads: usize,
+        min_macs: usize,
         row_weight: usize,
     ) -> Cut {
         let panels = n.div_ceil(nr);
         let units = m / ROW_UNIT;
         let want = (threads * TASKS_PER_THREAD).min(MAX_TASKS);
-        if threads <= 1 || m.saturating_mul(k).saturating_mul(n) < LOWP_MIN_PARALLEL_MACS {
+        if threads <= 1 || m.saturating_mul(k).saturating_mul(n) < min_macs {
             return Cut::Whole;
         }
         // Each row chunk reads all the weights (k·n), each panel chunk all the rows (m·k):
@@ -70,6 +72,15 @@ impl Cut {
         } else {
             Cut::Whole
         }
+    }
+}
+
+/// Multiply-adds below which a `kind` job of `m` rows stays on the calling thread.
+fn min_parallel_macs(kind: Kind, m: usize) -> usize {
+    match kind {
+        Kind::Qd8F32Qc8w if m > 1 => tuning::QD8_BATCH_MIN_PARALLEL_MACS,
+        Kind::F32Qc8w => tuning::F32_QC8W_MIN_PARALLEL_MACS,
+        _ => LOWP_MIN_PARALLEL_MACS,
     }
 }
 
@@ -113,7 +124,8 @@ pub(crate) unsafe fn run_in(
         } else {
             1
         };
-    match Cut::new(job.m, job.k, job.n, nr, threads, row_weight) {
+    let min_macs = min_parallel_macs(job.kind, job.m);
+    match Cut::new(job.m, job.k, job.n, nr, threads, min_macs, row_weight) {
         // SAFETY: forwarded (caller).
         Cut::Whole => unsafe { super::run(job) },
         Cut::Rows { tasks, units } => {
@@ -242,35 +254,36 @@ fn each_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+    const BF16: usize = LOWP_MIN_PARALLEL_MACS;
 
     #[test]
     fn weights_heavy_jobs_are_cut_by_panels_and_tall_ones_by_row_units() {
-        assert_eq!(Cut::new(512, 512, 512, 32, 1, 1), Cut::Whole);
+        assert_eq!(Cut::new(512, 512, 512, 32, 1, BF16, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(64, 512, 1024, 32, 2, 1),
+            Cut::new(64, 512, 1024, 32, 2, BF16, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 32
             }
         );
         assert_eq!(
-            Cut::new(1024, 512, 64, 32, 2, 1),
+            Cut::new(1024, 512, 64, 32, 2, BF16, 1),
             Cut::Rows {
                 tasks: 4,
                 units: 32
             }
         );
         // One panel and under two row units: nothing to share.
-        assert_eq!(Cut::new(40, 4096, 16, 32, 2, 1), Cut::Whole);
+        assert_eq!(Cut::new(40, 4096, 16, 32, 2, BF16, 1), Cut::Whole);
         // Tall but a single panel: rows.
         assert_eq!(
-            Cut::new(100, 4096, 16, 32, 2, 1),
+            Cut::new(100, 4096, 16, 32, 2, BF16, 1),
             Cut::Rows { tasks: 3, units: 3 }
         );
         // Too little work to hand over.
-        assert_eq!(Cut::new(1, 256, 256, 32, 2, 1), Cut::Whole);
+        assert_eq!(Cut::new(1, 256, 256, 32, 2, BF16, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(1, 1536, 1536, 32, 2, 1),
+            Cut::new(1, 1536, 1536, 32, 2, BF16, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 48
@@ -279,36 +292,54 @@ mod tests {
     }
 
     #[test]
+    fn small_runs_stay_on_one_thread_by_their_kinds_measure() {
+        let parallel =
+            |kind, m, k, n| Cut::new(m, k, n, 32, 2, min_parallel_macs(kind, m), 1) != Cut::Whole;
+        let (qd8, bf16, qc8w) = (Kind::Qd8F32Qc8w, Kind::Bf16F32, Kind::F32Qc8w);
+        // The shapes measured (see `tuning`): qd8 batches cut from 8x256x256, its batch 1 at
+        // bf16's threshold (from 1x384x384); f32_qc8w from 1x256x256.
+        assert!(!parallel(qd8, 2, 256, 256));
+        assert!(!parallel(qd8, 6, 256, 256));
+        assert!(parallel(qd8, 8, 256, 256));
+        assert!(!parallel(qd8, 1, 256, 256));
+        assert!(parallel(qd8, 1, 384, 384));
+        assert!(!parallel(bf16, 1, 256, 256));
+        assert!(parallel(bf16, 2, 256, 256));
+        assert!(!parallel(qc8w, 1, 128, 256));
+        assert!(parallel(qc8w, 1, 256, 256));
+    }
+
+    #[test]
     fn a_qd8_job_that_quantizes_weighs_its_rows() {
         // 512x512x512 and 256x512x2048: panels when rows weigh as columns, rows when a row
         // counts as QD8_ROW_WEIGHT columns; 128x2048x2048 stays cut by panels.
         let w = tuning::QD8_ROW_WEIGHT;
         assert!(matches!(
-            Cut::new(512, 512, 512, 32, 2, 1),
+            Cut::new(512, 512, 512, 32, 2, BF16, 1),
             Cut::Panels { .. }
         ));
         assert_eq!(
-            Cut::new(512, 512, 512, 32, 2, w),
+            Cut::new(512, 512, 512, 32, 2, BF16, w),
             Cut::Rows {
                 tasks: 4,
                 units: 16
             }
         );
         assert!(matches!(
-            Cut::new(256, 512, 2048, 32, 2, 1),
+            Cut::new(256, 512, 2048, 32, 2, BF16, 1),
             Cut::Panels { .. }
         ));
         assert!(matches!(
-            Cut::new(256, 512, 2048, 32, 2, w),
+            Cut::new(256, 512, 2048, 32, 2, BF16, w),
             Cut::Rows { .. }
         ));
         assert!(matches!(
-            Cut::new(128, 2048, 2048, 32, 2, w),
+            Cut::new(128, 2048, 2048, 32, 2, BF16, w),
             Cut::Panels { .. }
         ));
         // Under two row units, rows cannot be cut: panels whatever the weight.
         assert!(matches!(
-            Cut::new(32, 96, 1536, 32, 2, w),
+            Cut::new(32, 96, 1536, 32, 2, BF16, w),
             Cut::Panels { .. }
         ));
     }
