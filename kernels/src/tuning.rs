@@ -166,23 +166,20 @@ pub(crate) fn bf16_dot_is_half_rate() -> bool {
 
 /// Multiply-adds below which a low-precision run stays on the calling thread: a hand-off
 /// costs about a microsecond, and at 1×96×64 and 1×256×256 two threads read 14 and 61 GOPS
-/// against 69 and 72 on one (Xeon; bf16); on Zen 4, bf16 2x256x256 1.01x, 3x256x256 1.31x.
-/// The kinds that run faster or slower a multiply-add have their own (below).
-/// Measure: `cargo xtask bench --threads 2 --op all`.
+/// against 69 and 72 on one (Xeon; bf16). The kinds that run faster or slower a
+/// multiply-add have their own (below). Measure: `cargo xtask bench --threads 2 --op all`.
 pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
 
-/// qd8 batches of two rows or more (on VNNI twice bf16's pace, and a cut by panels
-/// quantizes first): two threads against one on Zen 4 read 2x256x256 0.74x, 3x256x256
-/// 0.83x, 4x256x256 0.94x, 6x256x256 0.99x, 8x256x256 1.02–1.08x. Batch 1 keeps
-/// [`LOWP_MIN_PARALLEL_MACS`] (1x512x512: 1.26–1.37x). Measure: `keepalloc-kernels-bench
-/// --op qd8_f32_qc8w --libs keepalloc --quick --shapes
-/// 2x256x256,3x256x256,4x256x256,6x256x256,8x256x256,1x512x512 [--threads 2]`
+/// qd8 batches of two rows or more, twice bf16's pace on VNNI (and a cut by panels quantizes
+/// first): a second thread paid from 8x256x256 on Zen 4; batch 1 keeps
+/// [`LOWP_MIN_PARALLEL_MACS`] (docs/bench-history.md, "Small low-precision runs kept on one
+/// thread by their kind"). Measure: `keepalloc-kernels-bench --op qd8_f32_qc8w --libs
+/// keepalloc --quick --shapes 2x256x256,4x256x256,6x256x256,8x256x256,1x512x512 [--threads 2]`
 pub(crate) const QD8_BATCH_MIN_PARALLEL_MACS: usize = 1 << 19;
 
-/// f32_qc8w, a quarter of qd8's pace: 1x256x256 on two threads read 1.51x one on Zen 4
-/// (smaller runs not tried cut).
-/// Measure: `keepalloc-kernels-bench --op f32_qc8w --libs keepalloc --quick --shapes
-/// 1x128x256,1x256x256,2x256x256 [--threads 2]`
+/// f32_qc8w, half bf16's pace: a second thread paid from 1x256x256 on Zen 4 (the same
+/// entry). Measure: `keepalloc-kernels-bench --op f32_qc8w --libs keepalloc --quick
+/// --shapes 1x128x256,1x256x256,2x256x256 [--threads 2]`
 pub(crate) const F32_QC8W_MIN_PARALLEL_MACS: usize = 1 << 16;
 
 /// How many weight columns one row of a qd8 input quantized in the run counts as when the run

@@ -254,36 +254,37 @@ fn each_once(
 #[cfg(test)]
 mod tests {
     use super::*;
-    const BF16: usize = LOWP_MIN_PARALLEL_MACS;
+    /// The threshold of bf16 and qd8 at batch 1.
+    const MIN: usize = LOWP_MIN_PARALLEL_MACS;
 
     #[test]
     fn weights_heavy_jobs_are_cut_by_panels_and_tall_ones_by_row_units() {
-        assert_eq!(Cut::new(512, 512, 512, 32, 1, BF16, 1), Cut::Whole);
+        assert_eq!(Cut::new(512, 512, 512, 32, 1, MIN, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(64, 512, 1024, 32, 2, BF16, 1),
+            Cut::new(64, 512, 1024, 32, 2, MIN, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 32
             }
         );
         assert_eq!(
-            Cut::new(1024, 512, 64, 32, 2, BF16, 1),
+            Cut::new(1024, 512, 64, 32, 2, MIN, 1),
             Cut::Rows {
                 tasks: 4,
                 units: 32
             }
         );
         // One panel and under two row units: nothing to share.
-        assert_eq!(Cut::new(40, 4096, 16, 32, 2, BF16, 1), Cut::Whole);
+        assert_eq!(Cut::new(40, 4096, 16, 32, 2, MIN, 1), Cut::Whole);
         // Tall but a single panel: rows.
         assert_eq!(
-            Cut::new(100, 4096, 16, 32, 2, BF16, 1),
+            Cut::new(100, 4096, 16, 32, 2, MIN, 1),
             Cut::Rows { tasks: 3, units: 3 }
         );
         // Too little work to hand over.
-        assert_eq!(Cut::new(1, 256, 256, 32, 2, BF16, 1), Cut::Whole);
+        assert_eq!(Cut::new(1, 256, 256, 32, 2, MIN, 1), Cut::Whole);
         assert_eq!(
-            Cut::new(1, 1536, 1536, 32, 2, BF16, 1),
+            Cut::new(1, 1536, 1536, 32, 2, MIN, 1),
             Cut::Panels {
                 tasks: 4,
                 panels: 48
@@ -315,31 +316,31 @@ mod tests {
         // counts as QD8_ROW_WEIGHT columns; 128x2048x2048 stays cut by panels.
         let w = tuning::QD8_ROW_WEIGHT;
         assert!(matches!(
-            Cut::new(512, 512, 512, 32, 2, BF16, 1),
+            Cut::new(512, 512, 512, 32, 2, MIN, 1),
             Cut::Panels { .. }
         ));
         assert_eq!(
-            Cut::new(512, 512, 512, 32, 2, BF16, w),
+            Cut::new(512, 512, 512, 32, 2, MIN, w),
             Cut::Rows {
                 tasks: 4,
                 units: 16
             }
         );
         assert!(matches!(
-            Cut::new(256, 512, 2048, 32, 2, BF16, 1),
+            Cut::new(256, 512, 2048, 32, 2, MIN, 1),
             Cut::Panels { .. }
         ));
         assert!(matches!(
-            Cut::new(256, 512, 2048, 32, 2, BF16, w),
+            Cut::new(256, 512, 2048, 32, 2, MIN, w),
             Cut::Rows { .. }
         ));
         assert!(matches!(
-            Cut::new(128, 2048, 2048, 32, 2, BF16, w),
+            Cut::new(128, 2048, 2048, 32, 2, MIN, w),
             Cut::Panels { .. }
         ));
         // Under two row units, rows cannot be cut: panels whatever the weight.
         assert!(matches!(
-            Cut::new(32, 96, 1536, 32, 2, BF16, w),
+            Cut::new(32, 96, 1536, 32, 2, MIN, w),
             Cut::Panels { .. }
         ));
     }
