@@ -173,13 +173,13 @@ pub(crate) const LOWP_MIN_PARALLEL_MACS: usize = 1 << 17;
 /// qd8 batches of two rows or more, twice bf16's pace on VNNI (and a cut by panels quantizes
 /// first): a second thread paid from 8x256x256 on Zen 4; batch 1 keeps
 /// [`LOWP_MIN_PARALLEL_MACS`] (docs/bench-history.md, "Small low-precision runs kept on one
-/// thread by their kind"). Measure: `keepalloc-kernels-bench --op qd8_f32_qc8w --libs
-/// keepalloc --quick --shapes 2x256x256,4x256x256,6x256x256,8x256x256,1x512x512 [--threads 2]`
+/// thread by their kind"). Measure: `cargo xtask bench --op qd8_f32_qc8w --libs keepalloc
+/// --quick --shapes 2x256x256,4x256x256,6x256x256,8x256x256,1x512x512 [--threads 2]`
 pub(crate) const QD8_BATCH_MIN_PARALLEL_MACS: usize = 1 << 19;
 
 /// f32_qc8w, half bf16's pace: a second thread paid from 1x256x256 on Zen 4 (the same
-/// entry). Measure: `keepalloc-kernels-bench --op f32_qc8w --libs keepalloc --quick
-/// --shapes 1x128x256,1x256x256,2x256x256 [--threads 2]`
+/// entry). Measure: `cargo xtask bench --op f32_qc8w --libs keepalloc --quick --shapes
+/// 1x128x256,1x256x256,2x256x256 [--threads 2]`
 pub(crate) const F32_QC8W_MIN_PARALLEL_MACS: usize = 1 << 16;
 
 /// How many weight columns one row of a qd8 input quantized in the run counts as when the run
