@@ -192,10 +192,8 @@ pub(crate) const QD8_ROW_WEIGHT: usize = 16;
 /// Rows per tile of the low-precision tile driver for bf16, whose tiles hold at most `mr`
 /// rows on its ISA: 12-row tiles keep to 8 when A's rows are a multiple of the
 /// 4 KiB an L1 way spans apart, where 12 rows and their weights would share one L1 set
-/// (the conflict `f32_qc8w_driver` copies A for). On Zen 5, against oneDNN, 12-row tiles
-/// read 12x1000x1024 1.06x (8-row: 0.96x) and the other shapes level within the rounds'
-/// spread; at 4 KiB strides 128x2048x2048 0.87x and 128x4096x4096 0.86x in one set of
-/// rounds (8-row: 0.89-1.01x). Measure: `cargo xtask bench --op bf16_f32`
+/// (the conflict `f32_qc8w_driver` copies A for). Figures from Zen 5 and Zen 4 in
+/// docs/bench-history.md. Measure: `cargo xtask bench --op bf16_f32`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn bf16_tile_rows(mr: usize, lda: usize) -> usize {
     if lda.is_multiple_of(4096) {
@@ -262,10 +260,9 @@ pub(crate) enum F32Qc8wDriver {
 
 /// The driver of an `f32_qc8w` batch of `m` rows `lda` bytes apart on AVX-512. On AMD
 /// (Zen 4 and 5) the tiles widen as they go, copying A when its rows all fall in one L1 set
-/// (`lda` a multiple of the 4 KiB a way spans): ahead of the slice on every Zen 5 shape
-/// measured, and on Zen 4 by 4-11% from K = 1024 (1-2% behind at 512x512x512, 64x1000x1024
-/// and 32x96x1536). Intel, where widening takes the FMA ports, and other vendors keep the
-/// slice.
+/// (`lda` a multiple of the 4 KiB a way spans), ahead of the slice on both (figures in
+/// docs/bench-history.md). Intel, where widening takes the FMA ports, and other vendors
+/// keep the slice.
 /// Measure: `cargo xtask bench --op f32_qc8w --shapes 64x1024x1024,64x1000x1024,256x512x2048`
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f32_qc8w_driver(m: usize, lda: usize, c: Caches) -> F32Qc8wDriver {

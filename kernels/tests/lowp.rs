@@ -136,11 +136,9 @@ fn batch_one_past_the_l3_budget_takes_the_prefetching_path() {
 
 #[test]
 fn batch_one_runs_fit_in_a_small_stack_on_every_isa() {
-    // `lowp::run` must not take in the blocked drivers' stack buffers (up to 64 KiB): every
-    // call would probe them page by page, a quarter of a 1x96x64 qd8 run. Too big a frame
-    // overflows this thread's stack ("has overflowed its stack"). Only the release profile
-    // inlines enough to break it (CI runs this test there too). bf16 on AVX-512F and AMX
-    // run drivers that own such buffers even at batch 1, by design.
+    // Inlined into `lowp::run`, the blocked drivers' buffers (64 KiB) would be probed by every
+    // call and overflow this stack; only release inlines enough (CI runs it there). bf16 on
+    // AVX-512F and AMX own such buffers at batch 1 by design.
     const STACK: usize = 16 << 10;
     std::thread::Builder::new()
         .stack_size(STACK)
