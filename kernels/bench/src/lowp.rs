@@ -142,7 +142,7 @@ fn runner<'a>(
             let mut mm = Matmul::new(dnnl, (m, k, n), Weights::Bf16(&d.wb), &d.bias, threads)?;
             onednn::record(
                 &format!("bf16_f32 {threads}t"),
-                (m, k, n),
+                format!("{m}x{k}x{n}"),
                 &mm.implementation,
             );
             Ok(Box::new(move |out| {
@@ -157,7 +157,7 @@ fn runner<'a>(
             let mut mm = Matmul::new(dnnl, (m, k, n), w, &d.bias, threads)?;
             onednn::record(
                 &format!("u8s8_f32 {threads}t"),
-                (m, k, n),
+                format!("{m}x{k}x{n}"),
                 &mm.implementation,
             );
             if lib == Lib::OneDnnU8s8 {
@@ -453,6 +453,12 @@ pub fn run(
         if let Some(amx) = amx_peak {
             let _ = write!(peaks, ", {} (AMX) peak probe {amx:.1} GOPS", amx_name(kind));
         }
+        // Said, so a reader of a run without AMX knows why no AMX probe is shown.
+        let no_amx = if amx_peak.is_none() && kind != Kind::F32Qc8w {
+            format!("; no AMX on this CPU, so no {} probe", amx_name(kind))
+        } else {
+            String::new()
+        };
         if peak_name != dot_name && amx_peak.is_none_or(|_| peak_name != amx_name(kind)) {
             let _ = write!(peaks, ", {peak_name} peak probe {peak:.1} GOPS");
         }
@@ -464,8 +470,8 @@ pub fn run(
         let _ = writeln!(
             tables,
             "\n{}: GOPS (2·M·K·N / median time), {on}; keepalloc's ISA {}; {peaks} \
-             (one core, best of the run); % peak is of {peak_name}; roof: one core's read \
-             bandwidth of the weights",
+             (one core, best of the run){no_amx}; % peak is of {peak_name}; roof: one core's \
+             read bandwidth of the weights",
             kind.name(),
             isa.map_or("?".into(), |i| i.to_string()),
         );

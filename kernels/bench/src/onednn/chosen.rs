@@ -5,10 +5,11 @@ use super::{Matmul, OneDnn, Weights};
 /// The implementations oneDNN chose in this run, `(operator, shape, name)`, in order.
 static CHOSEN: std::sync::Mutex<Vec<Chosen>> = std::sync::Mutex::new(Vec::new());
 
-/// `(operator, shape, implementation)`.
-type Chosen = (String, (usize, usize, usize), String);
+/// `(operator, shape, implementation)`: the shape as printed, `MxKxN` (`MxK` for a pass
+/// over an input alone).
+type Chosen = (String, String, String);
 
-pub fn record(op: &str, shape: (usize, usize, usize), implementation: &str) {
+pub fn record(op: &str, shape: String, implementation: &str) {
     let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
     if !chosen.iter().any(|c| c.0 == op && c.1 == shape) {
         chosen.push((op.into(), shape, implementation.into()));
@@ -28,8 +29,8 @@ pub fn chosen_lines() -> Vec<String> {
     ops.into_iter()
         .map(|op| {
             let mut by_impl: Vec<(&str, Vec<String>)> = Vec::new();
-            for (_, (m, k, n), name) in chosen.iter().filter(|c| c.0 == op) {
-                let shape = format!("{m}x{k}x{n}");
+            for (_, shape, name) in chosen.iter().filter(|c| c.0 == op) {
+                let shape = shape.clone();
                 match by_impl.iter_mut().find(|b| b.0 == name) {
                     Some(b) => b.1.push(shape),
                     None => by_impl.push((name, vec![shape])),
@@ -48,11 +49,11 @@ pub fn chosen_lines() -> Vec<String> {
 pub fn chosen_json() -> serde_json::Value {
     let chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = serde_json::Map::new();
-    for (op, (m, k, n), name) in chosen.iter() {
+    for (op, shape, name) in chosen.iter() {
         let entry = out
             .entry(op.clone())
             .or_insert_with(|| serde_json::Value::Object(Default::default()));
-        entry[format!("{m}x{k}x{n}")] = name.clone().into();
+        entry[shape.as_str()] = name.clone().into();
     }
     out.into()
 }
@@ -66,7 +67,7 @@ pub fn f32_runner(
     let mut mm = Matmul::new(dnnl, (d.m, d.k, d.n), Weights::F32(&d.w), &d.bias, threads)?;
     record(
         &format!("f32 {threads}t"),
-        (d.m, d.k, d.n),
+        format!("{}x{}x{}", d.m, d.k, d.n),
         &mm.implementation,
     );
     Ok(Box::new(move |out| {

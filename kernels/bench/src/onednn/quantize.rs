@@ -73,7 +73,7 @@ impl Quantizer {
         } else {
             format!("oneDNN's {name} reorder ({theirs:.0?})")
         };
-        record("quantize f32→u8", (m, k, 0), &chosen);
+        record("quantize f32→u8", format!("{m}x{k}"), &chosen);
         Ok(quantizer)
     }
 
