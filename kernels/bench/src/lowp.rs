@@ -453,9 +453,13 @@ pub fn run(
         if let Some(amx) = amx_peak {
             let _ = write!(peaks, ", {} (AMX) peak probe {amx:.1} GOPS", amx_name(kind));
         }
-        // Said, so a reader of a run without AMX knows why no AMX probe is shown.
+        // Said, so a reader of a run without AMX (on the CPU, or allowed by the OS) knows why
+        // no AMX probe is shown.
         let no_amx = if amx_peak.is_none() && kind != Kind::F32Qc8w {
-            format!("; no AMX on this CPU, so no {} probe", amx_name(kind))
+            format!(
+                "; no usable AMX here (CPU, OS or permission), so no {} probe",
+                amx_name(kind)
+            )
         } else {
             String::new()
         };
