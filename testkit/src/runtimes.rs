@@ -137,6 +137,22 @@ pub fn load() -> Result<Runtimes, String> {
     })
 }
 
+/// The FC models `runtimes/onnxruntime/models/generate_fc.py` generated and the repository
+/// keeps beside it, by file stem.
+pub fn generated_models() -> BTreeMap<String, PathBuf> {
+    let dir = workspace_root().join("runtimes/onnxruntime/models");
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = entry.path();
+        if p.extension().is_some_and(|x| x == "onnx")
+            && let Some(stem) = p.file_stem().and_then(|s| s.to_str())
+        {
+            out.insert(stem.to_owned(), p.clone());
+        }
+    }
+    out
+}
+
 /// ExecuTorch's XNNPACK backend (the current XNNPACK) if it is already here, never fetching:
 /// `$KEEPALLOC_XNNPACK_CURRENT` if set, else the manifest's path when that file exists. The
 /// kernels' comparisons use it, so a machine without the wheels runs the rest.

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Barrier;
 
-use keepalloc::onnxruntime::{EnvAllocator, manifest, register_with};
+use keepalloc::onnxruntime::{EnvAllocator, register_with};
 use keepalloc::{GlobalProvider, System};
+use keepalloc_testkit::runtimes;
 use ort::AsPointer;
 use ort::session::Session;
 use ort::value::{Tensor, ValueType};
@@ -41,14 +42,16 @@ fn library() -> Result<PathBuf, Box<dyn Error>> {
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
         return Ok(PathBuf::from(p));
     }
-    Ok(manifest::load()?.onnxruntime)
+    let rt = runtimes::load()
+        .map_err(|e| format!("{e}; run `cargo xtask runtimes` or set ORT_DYLIB_PATH"))?;
+    Ok(rt.onnxruntime)
 }
 
 fn model() -> Result<PathBuf, Box<dyn Error>> {
     if let Some(p) = std::env::args_os().nth(1) {
         return Ok(PathBuf::from(p));
     }
-    manifest::generated_models()
+    runtimes::generated_models()
         .remove("fc_matmul_add_8x256x128")
         .ok_or_else(|| "keepalloc's generated model fc_matmul_add_8x256x128.onnx is missing".into())
 }

@@ -39,7 +39,6 @@ mod env_allocator;
 pub mod ffi;
 mod intern;
 pub mod interpose;
-pub mod manifest;
 mod register;
 mod runtime;
 mod session;

@@ -20,8 +20,7 @@ use keepalloc_allocators::System;
 use keepalloc_fault_inject::Scribble;
 use keepalloc_fault_inject::ledger::{self, Witnessed};
 use keepalloc_onnxruntime::{
-    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, manifest, register_env_allocator,
-    sample_inputs,
+    Env, EnvAllocator, OnnxRuntime, Session, SessionConfig, register_env_allocator, sample_inputs,
 };
 use keepalloc_provider::GlobalProvider;
 
@@ -63,7 +62,7 @@ fn fc_reference(x: &[f32], b: usize, k: usize, n: usize, relu: bool) -> Vec<f32>
 
 fn models(rt: &keepalloc_testkit::runtimes::Runtimes) -> Vec<(String, PathBuf)> {
     let mut all: Vec<(String, PathBuf)> = rt.wheel_models.clone().into_iter().collect();
-    all.extend(manifest::generated_models());
+    all.extend(keepalloc_testkit::runtimes::generated_models());
     all
 }
 
