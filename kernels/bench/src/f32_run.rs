@@ -97,7 +97,7 @@ pub(crate) fn run_f32(o: &Options) -> (ExitCode, serde_json::Value) {
     for (i, row) in rows.iter().enumerate() {
         print_row(row, peak, i == 0, &o.libs);
     }
-    for line in crate::onednn::chosen_lines() {
+    for line in crate::onednn::unreported_lines() {
         println!("oneDNN chose {line}");
     }
     println!("({})", ratio_method());

@@ -590,7 +590,7 @@ pub fn run(
         }
     }
     print!("{tables}");
-    for line in onednn::chosen_lines() {
+    for line in onednn::unreported_lines() {
         println!("oneDNN chose {line}");
     }
     println!(

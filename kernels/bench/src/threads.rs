@@ -380,7 +380,7 @@ fn print_table(rows: &[Row], threads: usize, peers: &[Peer]) {
         "(keepalloc = keepalloc-kernels on ThreadPool::new({threads}); {})",
         crate::output::ratio_method()
     );
-    for line in crate::onednn::chosen_lines() {
+    for line in crate::onednn::unreported_lines() {
         println!("oneDNN chose {line}");
     }
     let cells: Vec<(String, String, crate::stats::Paired)> = rows

@@ -16,16 +16,22 @@ pub fn record(op: &str, shape: String, implementation: &str) {
     }
 }
 
-/// What oneDNN chose for each operator, shapes grouped by implementation:
-/// `f32: brg:avx512_core on 1x96x64, 4x512x512; gemm:jit on …`.
-pub fn chosen_lines() -> Vec<String> {
+/// The operators whose line [`unreported_lines`] has returned.
+static REPORTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// What oneDNN chose for each operator not reported yet, shapes grouped by implementation:
+/// `f32 1t: brg:avx512_core on 1x96x64, 4x512x512; gemm:jit on …`. Each table prints the
+/// lines after it, so `--op all` names every operator once, after the table that ran it.
+pub fn unreported_lines() -> Vec<String> {
     let chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut reported = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
     let mut ops: Vec<&str> = Vec::new();
     for c in chosen.iter() {
-        if !ops.contains(&c.0.as_str()) {
+        if !ops.contains(&c.0.as_str()) && !reported.contains(&c.0) {
             ops.push(&c.0);
         }
     }
+    reported.extend(ops.iter().map(|op| op.to_string()));
     ops.into_iter()
         .map(|op| {
             let mut by_impl: Vec<(&str, Vec<String>)> = Vec::new();

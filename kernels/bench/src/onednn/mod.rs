@@ -23,7 +23,7 @@ mod matmul;
 mod quantize;
 mod saturating;
 
-pub use chosen::{chosen_json, chosen_lines, f32_runner, record};
+pub use chosen::{chosen_json, f32_runner, record, unreported_lines};
 pub use matmul::{Matmul, Weights};
 pub use quantize::{Quantizer, tensor_params};
 pub use saturating::{dot_u8s8_pairs_saturating, has_vnni};
