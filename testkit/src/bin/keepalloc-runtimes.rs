@@ -1,7 +1,5 @@
 //! `keepalloc-runtimes [--force]`: what `cargo xtask runtimes` runs. The fetch is the test
-//! kit's, so the tests (on first use) and the command share one pinned, hash-checked copy;
-//! a binary here keeps xtask free of a dependency on an unpublished crate, which `cargo
-//! package --workspace` could not resolve.
+//! kit's, so the tests (on first use) and the command share one pinned, hash-checked copy.
 
 use std::process::ExitCode;
 
