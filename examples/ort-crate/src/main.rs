@@ -114,8 +114,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         return Err("the model has no float output".into());
     }
 
-    // SAFETY: `ort::api()` is the OrtApi of the ONNX Runtime `ort` loaded, which stays loaded;
-    // `env` is that runtime's live env, never released (forgotten above).
+    // SAFETY: `ort::api()` is the OrtApi of the ONNX Runtime `ort` loaded, which stays loaded; `env` is that runtime's live env, never released (forgotten above).
     let handle = unsafe {
         register_with(
             &ALLOCATOR,
