@@ -82,3 +82,29 @@ pub fn f32_runner(
         unsafe { mm.run(d.x.as_ptr().cast(), out.as_mut_ptr(), 1.0, 0) }.expect("oneDNN run")
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The only test that records: the statics are the process's, as in a bench run.
+    #[test]
+    fn each_operator_is_named_once_after_the_table_that_ran_it() {
+        record("f32 1t", "4x512x512".into(), "brg:avx512_core");
+        record("f32 1t", "1x96x64".into(), "brg:avx512_core");
+        assert_eq!(
+            unreported_lines(),
+            ["f32 1t: brg:avx512_core on 4x512x512, 1x96x64"]
+        );
+        record("quantize f32→u8", "1x96".into(), "AVX-512 pass");
+        // The next table names only what it ran; the JSON still holds everything.
+        assert_eq!(
+            unreported_lines(),
+            ["quantize f32→u8: AVX-512 pass on 1x96"]
+        );
+        assert!(unreported_lines().is_empty());
+        let json = chosen_json();
+        assert_eq!(json["f32 1t"]["1x96x64"], "brg:avx512_core");
+        assert_eq!(json["quantize f32→u8"]["1x96"], "AVX-512 pass");
+    }
+}
